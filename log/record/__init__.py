@@ -1,0 +1,1 @@
+"""Kafka's RecordBatch v2: header, builder, reader and compression codecs."""
