@@ -1,0 +1,42 @@
+# The two commands of the README:
+#   make up     install everything into .venv and start the main job
+#   make test   install everything into .venv and run the whole test suite (lint, types, tests)
+# Both work on a fresh machine with Python >= 3.11; nothing else is needed first.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+EXTRAS ?= dev
+
+.PHONY: up test lint typecheck pytest install bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	touch $(STAMP)
+
+# The local cluster launcher (`odradek up`) arrives with the broker issue; until then the main job
+# is the storage engine's benchmark, which exercises everything that exists.
+up: $(STAMP)
+	$(BIN)/python -m log.bench
+
+test: lint typecheck pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy log odradek
+
+pytest: $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m log.bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
