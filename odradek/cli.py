@@ -1,0 +1,50 @@
+"""The ``odradek`` command line.
+
+Every command prints errors to stderr as one clear sentence and exits non-zero; no bare tracebacks.
+Subcommands are added by the issues that build them (INTERFACE.md lists the full set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from odradek import __version__
+from odradek.dump_log import add_dump_log_parser
+from odradek.errors import CliError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="odradek", description="Odradek, a replicated commit log.")
+    parser.add_argument("--version", action="version", version=f"odradek {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_dump_log_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return handler(args)
+    except CliError as exc:
+        print(f"odradek: {exc}", file=sys.stderr)
+        return exc.status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        print(f"odradek: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
