@@ -157,10 +157,14 @@ def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0, end: int |
     end = len(buf) if end is None else end
     header = parse_header(buf, pos)
     if header.magic != MAGIC:
-        raise CorruptRecordError(f"unsupported record batch magic {header.magic} at position {pos}, expected 2")
+        raise CorruptRecordError(
+            f"unsupported record batch magic {header.magic} at position {pos}, expected 2"
+        )
     size = header.size_bytes
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
-        raise CorruptRecordError(f"record batch length {header.batch_length} at position {pos} is below the header size")
+        raise CorruptRecordError(
+            f"record batch length {header.batch_length} at position {pos} is below the header size"
+        )
     if pos + size > end:
         raise CorruptRecordError(
             f"record batch at position {pos} claims {size} bytes but only {end - pos} remain"
@@ -178,7 +182,8 @@ def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0, end: int |
     actual = crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
     if actual != header.crc:
         raise CorruptRecordError(
-            f"record batch at position {pos} fails its CRC: stored {header.crc:#010x}, computed {actual:#010x}"
+            f"record batch at position {pos} fails its CRC: "
+            f"stored {header.crc:#010x}, computed {actual:#010x}"
         )
     return header
 

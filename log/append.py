@@ -1,0 +1,208 @@
+"""Validating an append and assigning its offsets. Pure: buffers in, header patches out.
+
+An append is one or several concatenated RecordBatch v2 batches (layout in ``log.record.header``).
+Every batch is validated (header, CRC-32C) before anything is written, so a bad batch anywhere in
+the append leaves the log untouched.
+
+Leader appends (:func:`prepare_leader_append`) patch only the 61-byte header of each batch:
+``baseOffset`` and ``partitionLeaderEpoch``, both outside the CRC; with ``LogAppendTime`` also the
+timestamp-type bit of ``attributes`` and ``maxTimestamp``, after which the CRC is recomputed by
+continuing the CRC of the patched header over the unchanged body (no copy of the body). The body
+stays a ``memoryview`` of the caller's buffer: the caller must not change it until the write is done.
+
+Follower appends (:func:`prepare_follower_append`) keep offsets and epochs as the leader wrote them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from log.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from log.record.header import (
+    ATTR_TIMESTAMP_TYPE,
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    HEADER,
+    HEADER_SIZE,
+    BatchHeader,
+    batch_size_at,
+    parse_header,
+    patch_base_offset,
+    patch_partition_leader_epoch,
+    validate_batch,
+)
+
+NO_TIMESTAMP = -1
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What an append did: Kafka's ``LogAppendInfo``, trimmed to what the broker answers with."""
+
+    first_offset: int  # base offset of the first batch
+    last_offset: int  # last offset of the last batch
+    max_timestamp: int  # largest batch maxTimestamp (the append time with LogAppendTime), -1 if none
+    offset_of_max_timestamp: int  # CreateTime: last offset of the batch holding it (records are not
+    #                               decoded); LogAppendTime: first_offset (every record has that time)
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    record_count: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedBatch:
+    """One batch ready to write: its final header and the pieces whose concatenation is the batch."""
+
+    header: BatchHeader
+    pieces: tuple[bytes | memoryview, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedAppend:
+    """A validated append with offsets assigned, ready for ``Segment.append``."""
+
+    batches: list[PreparedBatch]
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    record_count: int
+    size_bytes: int
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    def info(self, log_start_offset: int) -> AppendInfo:
+        return AppendInfo(
+            first_offset=self.first_offset,
+            last_offset=self.last_offset,
+            max_timestamp=self.max_timestamp,
+            offset_of_max_timestamp=self.offset_of_max_timestamp,
+            log_append_time=self.log_append_time,
+            log_start_offset=log_start_offset,
+            record_count=self.record_count,
+            size_bytes=self.size_bytes,
+        )
+
+
+def split_batches(buf: memoryview) -> list[tuple[int, BatchHeader]]:
+    """Validate every batch of ``buf`` and return ``(position, header)`` for each; raise on any problem."""
+    n = len(buf)
+    if n == 0:
+        raise InvalidRecordError("append contains no record batch")
+    batches: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    while pos < n:
+        size = batch_size_at(buf, pos)
+        if size is None:
+            raise CorruptRecordError(f"append has {n - pos} trailing bytes at position {pos}, not a batch")
+        try:
+            header = validate_batch(buf, pos, n)
+        except CorruptRecordError as e:
+            raise CorruptRecordError(f"batch {len(batches)} of the append is corrupt: {e}") from e
+        batches.append((pos, header))
+        pos += header.size_bytes
+    return batches
+
+
+def as_bytes_view(batch: bytes | bytearray | memoryview) -> memoryview:
+    view = memoryview(batch)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+def prepare_leader_append(
+    buf: memoryview,
+    next_offset: int,
+    leader_epoch: int,
+    max_message_bytes: int,
+    log_append_time_ms: int | None,
+) -> PreparedAppend:
+    """Validate ``buf`` and assign offsets from ``next_offset`` (Kafka's ``LogValidator``, shallow).
+
+    Raises :class:`CorruptRecordError` for a malformed batch, :class:`InvalidRecordError` when the
+    record count disagrees with ``lastOffsetDelta`` (a leader append must be dense), and
+    :class:`RecordTooLargeError` for a batch above ``max_message_bytes``.
+    """
+    batches = split_batches(buf)
+    prepared: list[PreparedBatch] = []
+    offset = next_offset
+    for i, (pos, header) in enumerate(batches):
+        _check_leader_batch(i, header, max_message_bytes)
+        head = bytearray(buf[pos : pos + HEADER_SIZE])
+        patch_base_offset(head, 0, offset)
+        patch_partition_leader_epoch(head, 0, leader_epoch)
+        body = buf[pos + HEADER_SIZE : pos + header.size_bytes]
+        if log_append_time_ms is not None:
+            _stamp_log_append_time(head, body, log_append_time_ms)
+        prepared.append(PreparedBatch(parse_header(head), (bytes(head), body)))
+        offset += header.last_offset_delta + 1
+    return _summarize(prepared, log_append_time_ms)
+
+
+def _check_leader_batch(i: int, header: BatchHeader, max_message_bytes: int) -> None:
+    if header.size_bytes > max_message_bytes:
+        raise RecordTooLargeError(
+            f"batch {i} of the append is {header.size_bytes} bytes, "
+            f"above max.message.bytes={max_message_bytes}"
+        )
+    if header.records_count <= 0 or header.last_offset_delta != header.records_count - 1:
+        raise InvalidRecordError(
+            f"batch {i} of the append has {header.records_count} records but lastOffsetDelta="
+            f"{header.last_offset_delta}; a producer batch must have count = lastOffsetDelta + 1 >= 1"
+        )
+
+
+def _stamp_log_append_time(head: bytearray, body: memoryview, now_ms: int) -> None:
+    """Set the LogAppendTime bit and maxTimestamp, then recompute the CRC over head + body."""
+    fields = list(HEADER.unpack_from(head, 0))
+    fields[5] |= ATTR_TIMESTAMP_TYPE  # attributes
+    fields[8] = now_ms  # maxTimestamp
+    HEADER.pack_into(head, 0, *fields)
+    crc = crc32c(body, crc32c(bytes(head[ATTRIBUTES_OFFSET:])))
+    head[CRC_OFFSET : CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+
+
+def prepare_follower_append(buf: memoryview, log_end_offset: int) -> PreparedAppend:
+    """Validate ``buf``, whose batches already carry offsets and epochs (replication).
+
+    The first batch must start at or after ``log_end_offset`` and every batch after the previous
+    one's end; otherwise :class:`InvalidRecordError` (Kafka's UnexpectedAppendOffset /
+    OffsetsOutOfOrder) and nothing is written.
+    """
+    batches = split_batches(buf)
+    expected = log_end_offset
+    prepared: list[PreparedBatch] = []
+    for i, (pos, header) in enumerate(batches):
+        if header.base_offset < expected:
+            what = "the log end offset" if i == 0 else f"the end of batch {i - 1}"
+            raise InvalidRecordError(
+                f"follower append batch {i} starts at offset {header.base_offset}, below {what} ({expected})"
+            )
+        prepared.append(PreparedBatch(header, (buf[pos : pos + header.size_bytes],)))
+        expected = header.next_offset
+    return _summarize(prepared, None)
+
+
+def _summarize(batches: list[PreparedBatch], log_append_time_ms: int | None) -> PreparedAppend:
+    max_timestamp, offset_of_max = NO_TIMESTAMP, batches[0].header.base_offset
+    for batch in batches:
+        if batch.header.max_timestamp > max_timestamp:
+            max_timestamp, offset_of_max = batch.header.max_timestamp, batch.header.last_offset
+    if log_append_time_ms is not None:
+        # Every record carries the append time: the first offset holds the max timestamp.
+        offset_of_max = batches[0].header.base_offset
+    return PreparedAppend(
+        batches=batches,
+        first_offset=batches[0].header.base_offset,
+        last_offset=batches[-1].header.last_offset,
+        max_timestamp=max_timestamp,
+        offset_of_max_timestamp=offset_of_max,
+        log_append_time=-1 if log_append_time_ms is None else log_append_time_ms,
+        record_count=sum(b.header.records_count for b in batches),
+        size_bytes=sum(b.header.size_bytes for b in batches),
+    )

@@ -1,0 +1,577 @@
+"""The partition log: segments in one directory; append, read, roll, retention, truncation, recovery.
+
+Directory layout and stray-file handling: ``log.logdir``; segment files: ``log.segment``; index
+files: ``log.index``; checkpoint format: ``log.checkpoint``. Two files are the Log's own::
+
+    file                 content
+    offsets.checkpoint   checkpoint format, two entries:
+                           recovery-point     every offset below it is fsynced; recovery scans from
+                                              the segment holding it
+                           log-start-offset   the first offset readers may see
+    clean-shutdown       empty marker: close() finished; open() may skip the recovery scan
+
+Ordering that matters (persist before you act, act before you answer):
+
+* append: every batch is validated before anything is written; the write goes to the file before the
+  in-memory log end offset moves, and a failed write is cut back, so a failed append changes nothing.
+* close: flush, then the checkpoint, then the marker: the marker vouches for both.
+* open: the marker is removed (durably) after loading and before the first write.
+* truncation deletes later segments newest first, then cuts the file, then checkpoints the lowered
+  recovery point, so every crash state is a prefix of the log.
+* retention and delete_records checkpoint the new log start offset before deleting files.
+
+The checkpoint is written by close(), whenever the log start offset moves or truncation lowers the
+recovery point, and by flush() when the recovery point moves into a later segment (a flush inside
+one segment does not rewrite it: recovery scans that whole segment anyway).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from bisect import bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from log.append import (
+    AppendInfo,
+    PreparedAppend,
+    as_bytes_view,
+    prepare_follower_append,
+    prepare_leader_append,
+)
+from log.checkpoint import fsync_dir, read_checkpoint, remove_marker, write_checkpoint, write_marker
+from log.clock import Clock
+from log.config import LogConfig
+from log.errors import OffsetOutOfRangeError, RecordTooLargeError, StorageError
+from log.logdir import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, prepare_directory
+from log.policy import MAX_RELATIVE_OFFSET, SegmentInfo, flush_due, retention_count, roll_reason
+from log.record.header import BASE_OFFSET
+from log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, file_stem
+
+__all__ = ["AppendInfo", "FetchData", "Log", "SegmentInfo"]
+
+logger = logging.getLogger(__name__)
+
+RECOVERY_POINT_KEY = "recovery-point"
+LOG_START_OFFSET_KEY = "log-start-offset"
+EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
+LATEST_TIMESTAMP = -1  # ListOffsets: the log end offset
+
+
+@dataclass(frozen=True, slots=True)
+class FetchData:
+    """The answer to :meth:`Log.read`: whole batches, unchanged, and where they came from."""
+
+    records: bytes  # zero or more whole batches
+    fetch_offset: int  # the offset asked for
+    first_offset: int  # base offset of the first batch in records (fetch_offset when empty)
+    segment_base_offset: int  # segment the records come from
+    position: int  # their file position in that segment
+    log_start_offset: int
+    log_end_offset: int
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.records)
+
+
+class Log:
+    """One partition's log. Open with :meth:`Log.open`.
+
+    Thread-safety: every public method holds the log's lock (a ``threading.RLock``) for its whole
+    duration, disk I/O included, so any thread may call any method and calls are linearizable: a
+    read sees an append entirely or not at all, and never a segment being deleted or truncated. The
+    intended use is still one owner (the partition) driving append, roll, truncation, retention and
+    flush, with fetch threads calling read(); reads delay appends by at most one ``max_bytes`` pread.
+    Records returned by read() are ``bytes`` copies, valid forever.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        segments: list[Segment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+    ) -> None:
+        self._dir = directory
+        self._config = config
+        self._clock = clock
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        active = segments[-1]
+        self._log_end_offset = max(active.next_offset, active.base_offset)
+        self._log_start_offset = min(max(log_start_offset, segments[0].base_offset), self._log_end_offset)
+        self._recovery_point = min(max(recovery_point, 0), self._log_end_offset)
+        self._checkpointed: tuple[int, int] | None = None
+        self._last_flush_ms = clock.time_ms()
+        self._dir_dirty = False
+        self._closed = False
+        self._lock = threading.RLock()
+        self._check_invariants()
+
+    # ------------------------------------------------------------------------------------ open
+
+    @classmethod
+    def open(
+        cls, path: str | Path, config: LogConfig, clock: Clock, *, recovery_point: int | None = None
+    ) -> Log:
+        """Open (creating if needed) the log in ``path`` and recover it.
+
+        Without a clean-shutdown marker every segment from the one holding the recovery point on
+        (``recovery_point``, else the checkpoint's, else 0) is scanned and cut at its longest valid
+        prefix; a cut deletes every later segment. Other segments are loaded with an index sanity
+        check and rebuilt if it fails.
+        """
+        directory = Path(path)
+        directory.mkdir(parents=True, exist_ok=True)
+        bases = prepare_directory(directory)
+        saved = _read_offsets(directory)
+        clean = (directory / CLEAN_SHUTDOWN_FILE).exists()
+        point = recovery_point if recovery_point is not None else saved.get(RECOVERY_POINT_KEY, 0)
+        start = saved.get(LOG_START_OFFSET_KEY, 0)
+        now = clock.time_ms()
+        segments = _load_segments(directory, bases, config, now, point, clean)
+        try:
+            if not segments:
+                segments = [Segment.create(directory, max(start, 0), config, now)]
+                fsync_dir(directory)
+            log = cls(directory, config, clock, segments, log_start_offset=start, recovery_point=point)
+            if clean:
+                log._recovery_point = log._log_end_offset
+            # What the next open would read back; a missing file reads as (0, 0), which is safe.
+            log._checkpointed = (saved.get(RECOVERY_POINT_KEY, 0), saved.get(LOG_START_OFFSET_KEY, 0))
+            log._write_checkpoint_if_changed()
+            remove_marker(directory / CLEAN_SHUTDOWN_FILE)
+        except BaseException:
+            for segment in segments:
+                segment.close()
+            raise
+        logger.info(
+            "opened %s: offsets [%d, %d), recovery point %d, %d segments%s",
+            directory,
+            log._log_start_offset,
+            log._log_end_offset,
+            log._recovery_point,
+            len(segments),
+            " (clean shutdown)" if clean else "",
+        )
+        return log
+
+    # ------------------------------------------------------------------------------- properties
+
+    @property
+    def dir(self) -> Path:
+        return self._dir
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size_bytes for s in self._segments)
+
+    @property
+    def segments(self) -> tuple[SegmentInfo, ...]:
+        """Snapshots of the segments, oldest first; the last is the active one."""
+        with self._lock:
+            return tuple(s.info() for s in self._segments)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ---------------------------------------------------------------------------------- append
+
+    def append(self, batch: bytes | bytearray | memoryview, *, leader_epoch: int = -1) -> AppendInfo:
+        """Leader append of one or more concatenated producer batches; assigns their offsets.
+
+        Raises CorruptRecordError / InvalidRecordError for a bad batch and RecordTooLargeError for a
+        batch above ``max.message.bytes`` (or an append above ``segment.bytes``); nothing is written then.
+        """
+        with self._lock:
+            self._ensure_open()
+            now = self._clock.time_ms()
+            append_time = now if self._config.log_append_time else None
+            prepared = prepare_leader_append(
+                as_bytes_view(batch),
+                self._log_end_offset,
+                leader_epoch,
+                self._config.max_message_bytes,
+                append_time,
+            )
+            return self._append(prepared, now)
+
+    def append_as_follower(self, batch: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append batches that already carry offsets and epochs (replication); keeps both as they are.
+
+        The first batch must start at or after the log end offset (else InvalidRecordError).
+        """
+        with self._lock:
+            self._ensure_open()
+            prepared = prepare_follower_append(as_bytes_view(batch), self._log_end_offset)
+            return self._append(prepared, self._clock.time_ms())
+
+    def _append(self, prepared: PreparedAppend, now: int) -> AppendInfo:
+        if prepared.size_bytes > self._config.segment_bytes:
+            raise RecordTooLargeError(
+                f"append of {prepared.size_bytes} bytes exceeds segment.bytes={self._config.segment_bytes}"
+            )
+        assert prepared.first_offset >= self._log_end_offset, "offsets never go back"
+        segment = self._maybe_roll(prepared, now)
+        segment.append(prepared.batches, now)
+        self._log_end_offset = prepared.next_offset
+        self._check_invariants()
+        if flush_due(self._config, self._log_end_offset - self._recovery_point, now, self._last_flush_ms):
+            self.flush()
+        return prepared.info(self._log_start_offset)
+
+    def _maybe_roll(self, prepared: PreparedAppend, now: int) -> Segment:
+        active = self._segments[-1]
+        reason = roll_reason(self._config, active.info(), now, prepared.size_bytes, prepared.last_offset)
+        if reason is None and prepared.last_offset - active.base_offset <= MAX_RELATIVE_OFFSET:
+            return active
+        logger.debug(
+            "%s: rolling segment %d at offset %d: %s",
+            self._dir,
+            active.base_offset,
+            prepared.first_offset,
+            reason or "offsets too far past an empty segment",
+        )
+        return self._roll(prepared.first_offset, now)
+
+    # ------------------------------------------------------------------------------------ roll
+
+    def roll(self) -> int:
+        """Start a new active segment at the log end offset (no-op if the active one is empty).
+
+        Returns the base offset of the active segment.
+        """
+        with self._lock:
+            self._ensure_open()
+            if not self._segments[-1].is_empty:
+                self._roll(self._log_end_offset, self._clock.time_ms())
+            return self._segments[-1].base_offset
+
+    def _roll(self, base_offset: int, now: int) -> Segment:
+        old = self._segments[-1]
+        assert base_offset >= self._log_end_offset, (
+            f"roll at {base_offset} below the log end {self._log_end_offset}"
+        )
+        if old.is_empty:  # only a follower append far past an empty segment's base gets here
+            old.delete()
+            self._segments.pop()
+            self._bases.pop()
+            if not self._segments:
+                self._log_start_offset = self._recovery_point = self._log_end_offset = base_offset
+                self._write_checkpoint()
+        else:
+            old.on_become_inactive()
+        segment = Segment.create(self._dir, base_offset, self._config, now)
+        self._segments.append(segment)
+        self._bases.append(base_offset)
+        self._dir_dirty = True
+        # Kafka flushes a rolled segment right away (asynchronously); keeps recovery to one segment.
+        self.flush(min(base_offset, self._log_end_offset))
+        self._check_invariants(full=True)
+        return segment
+
+    # ------------------------------------------------------------------------------------ read
+
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> FetchData:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes``, from one segment.
+
+        ``min_one_batch`` returns the first batch even when it is larger than ``max_bytes``;
+        ``max_offset`` (exclusive, e.g. the high watermark) stops before batches starting at or after
+        it. ``offset == log_end_offset`` gives no records; outside ``[log_start_offset,
+        log_end_offset]`` raises OffsetOutOfRangeError.
+        """
+        with self._lock:
+            self._ensure_open()
+            if not self._log_start_offset <= offset <= self._log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is out of range: log start offset {self._log_start_offset}, "
+                    f"log end offset {self._log_end_offset} in {self._dir}"
+                )
+            first = max(bisect_right(self._bases, offset) - 1, 0)
+            for segment in self._segments[first:] if offset < self._log_end_offset else ():
+                found = segment.read(offset, max_bytes, max_offset, min_one_batch)
+                if found is not None:
+                    position, records = found
+                    first_offset = BASE_OFFSET.unpack_from(records, 0)[0] if records else offset
+                    return self._fetch_data(records, offset, first_offset, segment, position)
+            active = self._segments[-1]
+            return self._fetch_data(b"", offset, offset, active, active.size_bytes)
+
+    def _fetch_data(
+        self, records: bytes, offset: int, first: int, segment: Segment, position: int
+    ) -> FetchData:
+        return FetchData(
+            records,
+            offset,
+            first,
+            segment.base_offset,
+            position,
+            self._log_start_offset,
+            self._log_end_offset,
+        )
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with timestamp >= ``timestamp_ms``, or None.
+
+        ``-2`` (earliest) gives ``(log_start_offset, -1)``, ``-1`` (latest) ``(log_end_offset, -1)``.
+        """
+        with self._lock:
+            self._ensure_open()
+            if timestamp_ms == EARLIEST_TIMESTAMP:
+                return self._log_start_offset, -1
+            if timestamp_ms == LATEST_TIMESTAMP:
+                return self._log_end_offset, -1
+            if timestamp_ms < 0:
+                raise ValueError(f"timestamp {timestamp_ms} is negative and not -1 or -2")
+            for segment in self._segments:
+                if segment.max_timestamp >= timestamp_ms:
+                    found = segment.find_offset_by_timestamp(timestamp_ms, self._log_start_offset)
+                    if found is not None:
+                        return found
+            return None
+
+    # ------------------------------------------------------------------------------- retention
+
+    def delete_retention(self, now_ms: int | None = None, *, high_watermark: int | None = None) -> int:
+        """Delete the oldest segments that retention.ms / retention.bytes / the log start offset allow.
+
+        Never the active segment; given ``high_watermark``, only segments that end at or below it.
+        Returns how many segments were deleted; advances the log start offset past them.
+        """
+        with self._lock:
+            self._ensure_open()
+            now = self._clock.time_ms() if now_ms is None else now_ms
+            count = retention_count(self.segments, self._config, now, self._log_start_offset, high_watermark)
+            if count:
+                self._delete_oldest(count, self._segments[count].base_offset)
+            return count
+
+    def delete_records(self, offset: int) -> int:
+        """Advance the log start offset to ``offset`` (Kafka's DeleteRecords); returns the new one.
+
+        Segments that end at or below it are deleted (never the active one).
+        """
+        with self._lock:
+            self._ensure_open()
+            if offset > self._log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records below {offset}: log end offset is {self._log_end_offset}"
+                )
+            if offset <= self._log_start_offset:
+                return self._log_start_offset
+            count = sum(1 for base in self._bases[1:] if base <= offset)
+            self._delete_oldest(count, offset)
+            return self._log_start_offset
+
+    def _delete_oldest(self, count: int, new_log_start: int) -> None:
+        self._log_start_offset = max(self._log_start_offset, new_log_start)
+        self._recovery_point = max(self._recovery_point, self._bases[count])
+        self._write_checkpoint()
+        for segment in self._segments[:count]:
+            segment.delete()
+        del self._segments[:count]
+        del self._bases[:count]
+        self._check_invariants(full=True)
+
+    # ------------------------------------------------------------------------------ truncation
+
+    def truncate_to(self, offset: int) -> bool:
+        """Drop every batch whose last offset is >= ``offset`` (followers); True if anything changed.
+
+        The new log end offset is ``offset``, or the base offset of the batch holding it when that
+        batch is dropped whole. Later segments are deleted, newest first.
+        """
+        with self._lock:
+            self._ensure_open()
+            if offset < 0:
+                raise ValueError(f"cannot truncate to a negative offset {offset}")
+            if offset >= self._log_end_offset:
+                return False
+            if offset < self._bases[0]:
+                self._truncate_fully(offset)
+                return True
+            keep = bisect_right(self._bases, offset)
+            for segment in reversed(self._segments[keep:]):
+                segment.delete()
+            del self._segments[keep:]
+            del self._bases[keep:]
+            first_dropped = self._segments[-1].truncate_to(offset)
+            self._log_end_offset = offset if first_dropped is None else min(offset, first_dropped)
+            self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
+            self._recovery_point = min(self._recovery_point, self._log_end_offset)
+            self._write_checkpoint_if_changed()
+            self._check_invariants(full=True)
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the log empty at ``offset`` (start = end = ``offset``)."""
+        with self._lock:
+            self._ensure_open()
+            if offset < 0:
+                raise ValueError(f"cannot start a log at a negative offset {offset}")
+            self._truncate_fully(offset)
+
+    def _truncate_fully(self, offset: int) -> None:
+        for segment in reversed(self._segments):
+            segment.delete()
+        self._segments = [Segment.create(self._dir, offset, self._config, self._clock.time_ms())]
+        self._bases = [offset]
+        fsync_dir(self._dir)
+        self._log_end_offset = self._log_start_offset = self._recovery_point = offset
+        self._write_checkpoint()
+        self._check_invariants(full=True)
+
+    # ------------------------------------------------------------------------------- durability
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync every segment holding offsets in [recovery point, ``up_to``) and move the recovery point.
+
+        ``up_to`` defaults to (and is capped at) the log end offset.
+        """
+        with self._lock:
+            self._ensure_open()
+            target = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
+            if target <= self._recovery_point:
+                return
+            for i, segment in enumerate(self._segments):
+                ends_above = i + 1 == len(self._segments) or self._bases[i + 1] > self._recovery_point
+                if segment.base_offset < target and ends_above:
+                    segment.flush()
+            if self._dir_dirty:
+                fsync_dir(self._dir)
+                self._dir_dirty = False
+            old_segment = self._segment_index(self._checkpointed[0] if self._checkpointed else -1)
+            self._recovery_point = target
+            self._last_flush_ms = self._clock.time_ms()
+            if old_segment != self._segment_index(target):
+                self._write_checkpoint()
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint and the clean-shutdown marker, close the files."""
+        with self._lock:
+            if self._closed:
+                return
+            active = self._segments[-1]
+            active.on_become_inactive()
+            self.flush()
+            active.flush()  # the final time index entry, even when nothing else was unflushed
+            self._write_checkpoint()
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+            write_marker(self._dir / CLEAN_SHUTDOWN_FILE)
+
+    def close_handlers(self) -> None:
+        """Close the files without flushing or checkpointing: what a crash leaves (tests, failed disks)."""
+        with self._lock:
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+
+    # --------------------------------------------------------------------------------- helpers
+
+    def _segment_index(self, offset: int) -> int:
+        return bisect_right(self._bases, offset) - 1
+
+    def _write_checkpoint(self) -> None:
+        entries = {RECOVERY_POINT_KEY: self._recovery_point, LOG_START_OFFSET_KEY: self._log_start_offset}
+        write_checkpoint(self._dir / CHECKPOINT_FILE, entries)
+        self._checkpointed = (self._recovery_point, self._log_start_offset)
+
+    def _write_checkpoint_if_changed(self) -> None:
+        if self._checkpointed != (self._recovery_point, self._log_start_offset):
+            self._write_checkpoint()
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self._dir} is closed")
+
+    def _check_invariants(self, full: bool = False) -> None:
+        """STYLE.md §8: offsets never go back, the start stays below the end, segments stay ordered."""
+        active = self._segments[-1]
+        assert self._bases[0] <= self._log_start_offset <= self._log_end_offset, (
+            f"need first segment {self._bases[0]} <= log start {self._log_start_offset} "
+            f"<= log end {self._log_end_offset}"
+        )
+        assert 0 <= self._recovery_point <= self._log_end_offset, (
+            f"recovery point {self._recovery_point} outside [0, {self._log_end_offset}]"
+        )
+        assert active.base_offset <= self._log_end_offset, f"active segment {active.base_offset} past the end"
+        assert active.next_offset <= self._log_end_offset, f"active segment ends past {self._log_end_offset}"
+        if full:
+            assert self._bases == [s.base_offset for s in self._segments]
+            assert all(a < b for a, b in zip(self._bases, self._bases[1:], strict=False)), self._bases
+            assert all(s.next_offset <= b for s, b in zip(self._segments, self._bases[1:], strict=False))
+
+
+def _read_offsets(directory: Path) -> dict[str, int]:
+    try:
+        return read_checkpoint(directory / CHECKPOINT_FILE) or {}
+    except StorageError as e:
+        logger.warning("%s; recovering every segment and starting at the first one", e)
+        return {}
+
+
+def _load_segments(
+    directory: Path, bases: list[int], config: LogConfig, now: int, recovery_point: int, clean: bool
+) -> list[Segment]:
+    """Open the segments in order; a recovery cut in the unflushed part deletes every later segment."""
+    segments: list[Segment] = []
+    min_offset = bases[0] if bases else 0
+    try:
+        for i, base in enumerate(bases):
+            unflushed = not clean and (i + 1 == len(bases) or bases[i + 1] > recovery_point)
+            segment, cut = Segment.open(
+                directory, base, config, now, recover=unflushed, min_offset=min_offset
+            )
+            if segments and segment.is_empty and base < segments[-1].next_offset:
+                segment.delete()  # emptied by recovery and overlapping its predecessor
+                cut = 1
+            else:
+                segments.append(segment)
+                min_offset = segment.next_offset
+            if cut and unflushed:
+                _delete_segment_files(directory, reversed(bases[i + 1 :]))
+                break
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    return segments
+
+
+def _delete_segment_files(directory: Path, bases: Iterable[int]) -> None:
+    deleted = False
+    for base in bases:
+        logger.warning("%s: deleting segment %d after a recovery cut", directory, base)
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            (directory / (file_stem(base) + suffix)).unlink(missing_ok=True)
+        deleted = True
+    if deleted:
+        fsync_dir(directory)

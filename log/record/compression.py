@@ -1,0 +1,246 @@
+"""Compression codecs of RecordBatch v2: the records section is compressed as a whole.
+
+The codec id lives in bits 0..2 of the batch ``attributes``::
+
+    id  name    wire format of the compressed records section
+     0  none    the records themselves
+     1  gzip    gzip (RFC 1952); readers, like java.util.zip.GZIPInputStream, take concatenated members
+     2  snappy  xerial-framed snappy: not supported by this build (no snappy library)
+     3  lz4     one LZ4 frame (see below)
+     4  zstd    one zstd frame; the content size may be absent (Kafka's Java client omits it)
+
+LZ4 frame, as Kafka's ``Lz4BlockOutputStream`` writes it for magic 2 and ``Lz4BlockInputStream``
+reads it::
+
+    magic        4  0x184D2204, little-endian
+    FLG          1  0x60: version 01, blocks independent, no block/content checksum, no content size
+    BD           1  0x40: maximum block size 64 KiB
+    HC           1  (xxh32(FLG, BD) >> 8) & 0xFF  (magic 2 uses the correct descriptor checksum)
+    blocks       .  u32le size (bit 31 set = stored uncompressed) + data, each at most 64 KiB
+    end mark     4  0x00000000
+
+Kafka's reader rejects dependent (linked) blocks and maximum block sizes outside 64 KiB..4 MiB, skips
+a content size, and checks block checksums (and, in recent versions, the content checksum) when
+present; so we write exactly the frame above and read any standard frame (kafka-python, for one,
+stores the content size).
+
+Decompression is bounded: the output is capped (:data:`DEFAULT_MAX_DECOMPRESSED_BYTES`, overridable
+per call), so a small hostile batch cannot make us allocate gigabytes. Corrupt, truncated, trailing
+or oversized compressed data raises :class:`CorruptRecordError`. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+
+import lz4.frame
+import zstandard
+
+from log.errors import CorruptRecordError, UnsupportedCompressionError
+
+NONE = 0
+GZIP = 1
+SNAPPY = 2
+LZ4 = 3
+ZSTD = 4
+
+CODEC_NAMES: dict[int, str] = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+CODEC_IDS: dict[str, int] = {name: codec for codec, name in CODEC_NAMES.items()}
+SUPPORTED_CODECS = (NONE, GZIP, LZ4, ZSTD)
+
+DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
+GZIP_DEFAULT_LEVEL = 6  # java.util.zip.Deflater.DEFAULT_COMPRESSION
+ZSTD_DEFAULT_LEVEL = 3  # Kafka's compression.zstd.level default
+LZ4_DEFAULT_LEVEL = 0  # lz4's fast compressor: what Kafka uses at its default compression.lz4.level
+
+_GZIP_WBITS = 16 + zlib.MAX_WBITS  # gzip container, not raw deflate or zlib
+_FIRST_GUESS_MIN_BYTES = 1 << 20  # first output buffer for frames without a stated size
+_FIRST_GUESS_RATIO = 16
+_LZ4_STEP_MIN_BYTES = 256 * 1024
+
+
+class _ZstdContexts(threading.local):
+    """zstd contexts are not thread-safe and cost ~15 us to create: one set per thread."""
+
+    def __init__(self) -> None:
+        self.compressors: dict[int, zstandard.ZstdCompressor] = {}
+        self.decompressor = zstandard.ZstdDecompressor()
+
+
+_zstd = _ZstdContexts()
+
+
+def codec_name(codec: int) -> str:
+    """The Kafka name of a codec id (``compression.type`` values)."""
+    try:
+        return CODEC_NAMES[codec]
+    except KeyError:
+        raise UnsupportedCompressionError(f"unknown compression codec id {codec}") from None
+
+
+def codec_from_name(name: str) -> int:
+    """The codec id of a ``compression.type`` name such as ``"lz4"`` (case-insensitive)."""
+    try:
+        return CODEC_IDS[name.strip().lower()]
+    except KeyError:
+        valid = ", ".join(repr(n) for n in CODEC_NAMES.values())
+        raise UnsupportedCompressionError(
+            f"unknown compression type {name!r}; valid names are {valid}"
+        ) from None
+
+
+def check_supported(codec: int) -> None:
+    """Raise UnsupportedCompressionError unless this build can read and write ``codec``."""
+    if codec == SNAPPY:
+        raise UnsupportedCompressionError(
+            "snappy compression is not supported by this build (no snappy library); use gzip, lz4 or zstd"
+        )
+    if codec not in CODEC_NAMES:
+        raise UnsupportedCompressionError(f"unknown compression codec id {codec} (valid ids: 0..4)")
+
+
+def compress(codec: int, data: bytes | bytearray | memoryview, level: int | None = None) -> bytes:
+    """Compress a records section with ``codec``; ``NONE`` returns the bytes unchanged."""
+    if codec == NONE:
+        return bytes(data)
+    check_supported(codec)
+    if codec == GZIP:
+        # zlib writes mtime=0 and no file name: the output is deterministic.
+        level = GZIP_DEFAULT_LEVEL if level is None else level
+        deflater = zlib.compressobj(level, zlib.DEFLATED, _GZIP_WBITS)
+        return deflater.compress(data) + deflater.flush()
+    if codec == LZ4:
+        frame: bytes = lz4.frame.compress(
+            data,
+            compression_level=LZ4_DEFAULT_LEVEL if level is None else level,
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+            block_linked=False,
+            content_checksum=False,
+            store_size=False,
+        )
+        return frame
+    level = ZSTD_DEFAULT_LEVEL if level is None else level
+    compressor = _zstd.compressors.get(level)
+    if compressor is None:
+        compressor = _zstd.compressors[level] = zstandard.ZstdCompressor(level=level)
+    return compressor.compress(data)
+
+
+def decompress(
+    codec: int, data: bytes | bytearray | memoryview, max_size_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+) -> bytes:
+    """Decompress a records section; at most ``max_size_bytes`` of output, else CorruptRecordError."""
+    if codec == NONE:
+        if len(data) > max_size_bytes:
+            raise _too_large("none", max_size_bytes)
+        return bytes(data)
+    check_supported(codec)
+    if codec == GZIP:
+        return _gunzip(data, max_size_bytes)
+    if codec == LZ4:
+        return _lz4_decompress(data, max_size_bytes)
+    return _zstd_decompress(data, max_size_bytes)
+
+
+def _too_large(name: str, limit: int) -> CorruptRecordError:
+    return CorruptRecordError(f"{name} records section decompresses to more than the {limit}-byte limit")
+
+
+def _gunzip(data: bytes | bytearray | memoryview, limit: int) -> bytes:
+    """Inflate one or more concatenated gzip members (GZIPInputStream reads them all)."""
+    parts: list[bytes] = []
+    total = 0
+    rest: bytes | bytearray | memoryview = data
+    while True:
+        inflater = zlib.decompressobj(_GZIP_WBITS)
+        try:
+            chunk = inflater.decompress(rest, limit - total + 1)
+        except zlib.error as exc:
+            where = f" after {len(parts)} good member(s)" if parts else ""
+            raise CorruptRecordError(f"gzip records section is corrupt{where}: {exc}") from None
+        total += len(chunk)
+        if total > limit:
+            raise _too_large("gzip", limit)
+        if not inflater.eof:
+            raise CorruptRecordError("gzip records section is truncated")
+        parts.append(chunk)
+        rest = inflater.unused_data
+        if not rest:
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _lz4_decompress(data: bytes | bytearray | memoryview, limit: int) -> bytes:
+    """Decode one LZ4 frame in bounded steps, so a bomb stops at ``limit`` bytes of output."""
+    decompressor = lz4.frame.LZ4FrameDecompressor()
+    step = min(limit + 1, max(_LZ4_STEP_MIN_BYTES, _FIRST_GUESS_RATIO * len(data)))
+    parts: list[bytes] = []
+    total = 0
+    pending: bytes | bytearray | memoryview = data
+    try:
+        while True:
+            chunk = decompressor.decompress(pending, max_length=min(step, limit - total + 1))
+            pending = b""
+            total += len(chunk)
+            if total > limit:
+                raise _too_large("lz4", limit)
+            parts.append(chunk)
+            if decompressor.eof or decompressor.needs_input:
+                break
+    except RuntimeError as exc:  # lz4.frame reports malformed input as RuntimeError
+        raise CorruptRecordError(f"lz4 records section is corrupt: {exc}") from None
+    if not decompressor.eof:
+        raise CorruptRecordError("lz4 records section is truncated (no end mark)")
+    if decompressor.unused_data:
+        extra = len(decompressor.unused_data)
+        raise CorruptRecordError(f"lz4 records section has {extra} bytes after its frame")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _zstd_decompress(data: bytes | bytearray | memoryview, limit: int) -> bytes:
+    """Decode one zstd frame; the output buffer never exceeds ``limit`` bytes.
+
+    A frame that states its content size is checked against the limit first. Without one (Kafka's
+    Java producer streams its frames) we try a buffer sized from the input, then the limit itself,
+    because allocating the full limit for every small batch costs far more than the rare retry.
+    """
+    try:
+        content_size = zstandard.get_frame_parameters(data).content_size
+    except zstandard.ZstdError as exc:
+        raise CorruptRecordError(f"zstd records section has a bad frame header: {exc}") from None
+    if content_size != zstandard.CONTENTSIZE_UNKNOWN:
+        if content_size > limit:
+            raise _too_large("zstd", limit)
+        return _zstd_once(data, 0)
+    guess = min(limit, max(_FIRST_GUESS_MIN_BYTES, _FIRST_GUESS_RATIO * len(data)))
+    if guess < limit:
+        try:
+            return _zstd.decompressor.decompress(data, max_output_size=guess, allow_extra_data=False)
+        except zstandard.ZstdError:
+            pass  # too small a buffer, or corrupt: the full-size attempt below tells which
+    return _zstd_once(data, limit)
+
+
+def _zstd_once(data: bytes | bytearray | memoryview, max_output_size: int) -> bytes:
+    try:
+        return _zstd.decompressor.decompress(data, max_output_size=max_output_size, allow_extra_data=False)
+    except zstandard.ZstdError as exc:
+        short = "did not decompress full frame" in str(exc)
+        if max_output_size and short and _zstd_exceeds(data, max_output_size):
+            raise _too_large("zstd", max_output_size) from None
+        raise CorruptRecordError(f"zstd records section is corrupt or truncated: {exc}") from None
+
+
+def _zstd_exceeds(data: bytes | bytearray | memoryview, limit: int) -> bool:
+    """True when the frame yields more than ``limit`` bytes (diagnosis only: the error path)."""
+    try:
+        reader = _zstd.decompressor.stream_reader(bytes(data))
+        total = 0
+        while total <= limit:
+            chunk = reader.read(min(1 << 20, limit + 1 - total))
+            if not chunk:
+                return False
+            total += len(chunk)
+        return True
+    except zstandard.ZstdError:
+        return False
