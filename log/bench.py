@@ -44,12 +44,13 @@ RECORDS_PER_BATCH = 1000
 VALUE_BYTES = 100
 TIMESTAMP_MS = 1_700_000_000_000
 APPEND_TOTAL_BYTES = 256 * MIB
-APPEND_RUNS = 3
+APPEND_RUNS = 5
 APPEND_VALUE_BYTES = 1000
 APPEND_DISTINCT_BATCHES = 16
 CODEC_ROUNDS = 30
 TARGET_ENCODE_RATIO = 3.0
 TARGET_DECODE_RATIO = 1.5
+TARGET_APPEND_RATIO = 0.7
 
 
 def progress(message: str) -> None:
@@ -232,7 +233,8 @@ def report(figures: dict[str, Any]) -> None:
     print(
         f"  Log.append       {figures['append_mb_per_sec']:10.1f} MiB/s   "
         f"(plain file writes {figures['plain_write_mb_per_sec']:.1f} MiB/s, "
-        f"ratio {figures['append_vs_plain_ratio']:.2f}; {figures['append_total_mib']:.0f} MiB, best of 3)"
+        f"ratio {figures['append_vs_plain_ratio']:.2f}, target {TARGET_APPEND_RATIO}; "
+        f"{figures['append_total_mib']:.0f} MiB, best of {APPEND_RUNS})"
     )
     for what, ours, theirs, ratio, target in (
         ("encode", "encode_records_per_sec", "kafka_python_encode_records_per_sec", "encode_ratio", 3.0),
@@ -259,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     figures.update(bench_codecs(args.rounds))
     figures.update(bench_append(APPEND_RUNS, args.append_mib * MIB))
     figures["targets_met"] = (
-        figures["encode_ratio"] >= TARGET_ENCODE_RATIO and figures["decode_ratio"] >= TARGET_DECODE_RATIO
+        figures["encode_ratio"] >= TARGET_ENCODE_RATIO
+        and figures["decode_ratio"] >= TARGET_DECODE_RATIO
+        and figures["append_vs_plain_ratio"] >= TARGET_APPEND_RATIO
     )
     report(figures)
     if args.json:
