@@ -1,0 +1,73 @@
+"""The pysyncobj side of the driver: the SyncObj subclass, the fsync-before-ack transport, a proposal.
+
+Kept apart from :mod:`controller.raft.quorum` so that everything touching pysyncobj's classes is in one
+small place. pysyncobj has no type hints; these classes are typed at their edges.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, cast
+
+from pysyncobj import SyncObj, replicated
+from pysyncobj.transport import TCPTransport
+
+from controller.raft.state import AppendResult
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_replicated = cast(Callable[[_F], _F], replicated)  # the same decorator, typed
+
+ROLES = {0: "follower", 1: "candidate", 2: "leader"}  # pysyncobj's _RAFT_STATE values
+
+
+class Applier(Protocol):
+    """Applies committed commands (on the Raft thread)."""
+
+    def apply_append(self, request_id: bytes, term: int, payloads: list[bytes]) -> AppendResult: ...
+
+    def apply_leader_change(self, term: int, node_id: int, payload: bytes) -> AppendResult: ...
+
+
+class Call:
+    """One proposal's answer from pysyncobj: ``done`` runs on the Raft thread."""
+
+    __slots__ = ("error", "event", "result")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.result: Any = None
+        self.error: int | None = None
+
+    def done(self, result: Any, error: int) -> None:
+        self.result, self.error = result, error
+        self.event.set()
+
+
+class RaftNode(SyncObj):  # type: ignore[misc]
+    """The pysyncobj object: two replicated commands, applied by the quorum on the Raft thread."""
+
+    def __init__(self, applier: Applier, address: str, partners: list[str], conf: Any, transport: Any) -> None:
+        self._applier = applier
+        super().__init__(address, partners, conf, transportClass=transport)
+
+    @_replicated
+    def rep_append(self, request_id: bytes, term: int, payloads: list[bytes]) -> AppendResult:
+        return self._applier.apply_append(request_id, term, payloads)
+
+    @_replicated
+    def rep_leader_change(self, term: int, node_id: int, payload: bytes) -> AppendResult:
+        return self._applier.apply_leader_change(term, node_id, payload)
+
+
+class AckFlushingTransport(TCPTransport):  # type: ignore[misc]
+    """pysyncobj's TCP transport, but entries are fsynced before a follower acknowledges them."""
+
+    def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any, *, before_ack: Callable[[], bool]) -> None:
+        self._before_ack = before_ack
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    def send(self, node: Any, message: Any) -> bool:
+        if type(message) is dict and message.get("type") == "next_node_idx" and not self._before_ack():
+            return False
+        return bool(super().send(node, message))
