@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from odradek import __version__
 from odradek.dump_log import add_dump_log_parser
@@ -22,7 +23,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"odradek {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_dump_log_parser(commands)
+    _add_server_parsers(commands)
     return parser
+
+
+def _add_server_parsers(commands: Any) -> None:
+    """Server commands, imported here so that importing ``odradek`` never imports them; their modules
+    import nothing heavy until their handler runs."""
+    from controller.cli import add_controller_parser
+
+    add_controller_parser(commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

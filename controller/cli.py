@@ -1,0 +1,205 @@
+"""``odradek controller``: run one controller node (a metadata-quorum voter with the Controller service).
+
+    odradek controller --node-id ID --listen HOST:PORT --raft-listen HOST:PORT \\
+        --quorum ID@HOST:PORT,... --data-dir DIR [--config KEY=VALUE ...] \\
+        [--cluster-secret-file PATH] [--controller-addresses ID@HOST:PORT,...] [--cluster-id ID]
+
+``--quorum`` lists every voter's Raft address (like KRaft's ``controller.quorum.voters``);
+``--controller-addresses`` lists their Controller gRPC addresses, so that a node that is not active can
+point callers at the one that is. The cluster secret authenticates Raft traffic: it comes from
+``--cluster-secret-file`` or ``$ODRADEK_CLUSTER_SECRET``; without one the node runs only if every Raft
+address is a loopback address (with a warning), and refuses otherwise.
+
+This module imports nothing heavy: the server (grpc, pysyncobj) is imported when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import ipaddress
+import logging
+import os
+import signal
+import sys
+import threading
+import uuid
+from typing import Any
+
+from odradek.errors import CliError
+
+SECRET_ENV_VAR = "ODRADEK_CLUSTER_SECRET"
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+def add_controller_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "controller",
+        help="run a controller node (metadata quorum voter)",
+        description="Run one controller node: a voter of the metadata quorum serving the Controller gRPC API.",
+    )
+    parser.add_argument("--node-id", type=int, required=True, help="this node's id (one of --quorum)")
+    parser.add_argument("--listen", required=True, metavar="HOST:PORT", help="Controller gRPC address")
+    parser.add_argument("--raft-listen", required=True, metavar="HOST:PORT", help="address the Raft port binds")
+    parser.add_argument(
+        "--quorum", required=True, metavar="ID@HOST:PORT,...", help="every voter's Raft address (this node too)"
+    )
+    parser.add_argument("--data-dir", required=True, metavar="DIR", help="where the metadata log lives")
+    parser.add_argument(
+        "--config", action="append", metavar="KEY=VALUE", help="a controller config (repeatable), e.g. "
+        "broker.session.timeout.ms=9000",
+    )  # fmt: skip
+    parser.add_argument("--cluster-secret-file", metavar="PATH", help=f"the cluster secret (else ${SECRET_ENV_VAR})")
+    parser.add_argument(
+        "--controller-addresses", metavar="ID@HOST:PORT,...", help="the voters' Controller gRPC addresses (hints)"
+    )
+    parser.add_argument("--cluster-id", help="reported by DescribeQuorum (default: derived from --quorum)")
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default=os.environ.get("ODRADEK_LOG_LEVEL", "INFO").upper(),
+        help="default INFO (or $ODRADEK_LOG_LEVEL)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def parse_address(text: str, what: str) -> str:
+    """``host:port`` checked (``[v6]:port`` too); :class:`CliError` otherwise."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise CliError(f"{what} must be HOST:PORT, got {text!r}")
+    return text.strip()
+
+
+def parse_id_map(text: str, option: str) -> dict[int, str]:
+    """``ID@HOST:PORT,...`` as a dict; :class:`CliError` for anything else."""
+    result: dict[int, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        node, sep, address = item.partition("@")
+        if not sep or not node.strip().isdigit():
+            raise CliError(f"{option} expects ID@HOST:PORT items, got {item!r}")
+        node_id = int(node)
+        if node_id in result:
+            raise CliError(f"{option} lists node {node_id} twice")
+        result[node_id] = parse_address(address, f"{option} item {item!r}")
+    if not result:
+        raise CliError(f"{option} lists no node")
+    return result
+
+
+def is_loopback(address: str) -> bool:
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def default_cluster_id(voters: dict[int, str]) -> str:
+    """A stable id for a quorum (Kafka's are random base64 UUIDs made at format time; ours derive from
+    the voter list, so that every voter reports the same one without a format step)."""
+    seed = ",".join(f"{k}@{v}" for k, v in sorted(voters.items()))
+    raw = uuid.uuid5(uuid.NAMESPACE_URL, "odradek-cluster:" + seed).bytes
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def load_secret(path: str | None, addresses: list[str]) -> tuple[str | None, bool]:
+    """``(secret, allow_insecure)``; :class:`CliError` when there is no secret and a Raft address is not
+    loopback."""
+    from controller.raft.errors import InsecureConfigError
+    from controller.raft.tuning import load_cluster_secret
+
+    try:
+        secret = load_cluster_secret(path, env_var=SECRET_ENV_VAR)
+    except OSError as exc:
+        raise CliError(f"cannot read the cluster secret file {path}: {exc.strerror}") from None
+    except InsecureConfigError as exc:
+        raise CliError(str(exc)) from None
+    if secret is not None:
+        return secret, False
+    if not all(is_loopback(a) for a in addresses):
+        raise CliError(
+            f"no cluster secret: set --cluster-secret-file or ${SECRET_ENV_VAR}; without one a controller runs "
+            "only when every Raft address is a loopback address"
+        )
+    print(
+        "odradek controller: WARNING: no cluster secret; the Raft port accepts unauthenticated peers "
+        "(allowed because every Raft address is loopback)",
+        file=sys.stderr,
+    )
+    return None, True
+
+
+def build_options(args: argparse.Namespace) -> Any:
+    """The :class:`~controller.server.ServerOptions` of the command line; :class:`CliError` when invalid."""
+    from controller.configs import ConfigError, ControllerConfig, parse_key_values
+    from controller.server import ServerOptions
+
+    voters = parse_id_map(args.quorum, "--quorum")
+    if args.node_id not in voters:
+        raise CliError(f"--node-id {args.node_id} is not one of the --quorum voters {sorted(voters)}")
+    listen = parse_address(args.listen, "--listen")
+    raft_listen = parse_address(args.raft_listen, "--raft-listen")
+    if raft_listen.rpartition(":")[2] != voters[args.node_id].rpartition(":")[2]:
+        raise CliError(f"--raft-listen {raft_listen} and --quorum's {voters[args.node_id]} name different ports")
+    try:
+        config = ControllerConfig.from_props(parse_key_values(args.config))
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    addresses = parse_id_map(args.controller_addresses, "--controller-addresses") if args.controller_addresses else {}
+    secret, insecure = load_secret(args.cluster_secret_file, [*voters.values(), raft_listen])
+    return ServerOptions(
+        node_id=args.node_id,
+        listen=listen,
+        raft_listen=raft_listen,
+        voters=voters,
+        data_dir=args.data_dir,
+        config=config,
+        secret=secret,
+        allow_insecure=insecure,
+        controller_addresses=addresses,
+        cluster_id=args.cluster_id or default_cluster_id(voters),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level if args.log_level in LOG_LEVELS else "INFO",  # $ODRADEK_LOG_LEVEL may be anything
+        format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    logging.getLogger("pysyncobj").setLevel(max(logging.WARNING, logging.getLogger().level))
+    options = build_options(args)
+    from controller.quorum import QuorumError
+    from controller.server import ControllerServer
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        server = ControllerServer(options)
+        server.start()
+    except (QuorumError, RuntimeError, ValueError) as exc:
+        raise CliError(f"controller {options.node_id} cannot start: {exc}") from None
+    quorum = ",".join(f"{k}@{v}" for k, v in sorted(options.voters.items()))
+    print(
+        f"odradek controller {options.node_id} listening on {options.listen} (raft {options.raft_listen}, "
+        f"quorum {quorum}, cluster {options.cluster_id})",
+        flush=True,
+    )
+    failure = None
+    try:
+        while not stop.wait(0.2):
+            failure = server.failure
+            if failure is not None:
+                break
+    finally:
+        server.stop()
+    if failure is not None:
+        raise CliError(f"controller {options.node_id} halted: {failure}")
+    logging.getLogger("odradek.controller").info("controller %d stopped", options.node_id)
+    return 0

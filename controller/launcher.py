@@ -1,0 +1,175 @@
+"""Run ``odradek controller`` processes on 127.0.0.1: for integration tests, benchmarks and local clusters.
+
+:class:`ControllerProcess` is one child process (started, waited for until it prints its "listening"
+line, stopped with SIGTERM or killed with SIGKILL); :class:`LocalQuorum` is a set of them on free
+ports sharing a cluster secret. Every wait is bounded; ``close()`` stops every child whatever happened.
+
+Thread-safety: none; one thread drives these objects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import IO
+
+from controller.quorum_node import free_ports
+
+START_TIMEOUT_S = 30.0
+
+
+class ControllerProcess:
+    """One ``odradek controller`` child. Its stderr goes to ``<data_dir>/controller.stderr``.
+
+    Not thread-safe: one thread drives it.
+    """
+
+    def __init__(
+        self, node_id: int, listen: str, raft_listen: str, quorum: str, data_dir: str, *,
+        controller_addresses: str = "", config: Mapping[str, str] | None = None, secret: str | None = None,
+    ) -> None:  # fmt: skip
+        self.node_id = node_id
+        self.listen = listen
+        self.data_dir = data_dir
+        self.argv = [
+            sys.executable, "-m", "odradek.cli", "controller", "--node-id", str(node_id), "--listen", listen,
+            "--raft-listen", raft_listen, "--quorum", quorum, "--data-dir", data_dir,
+        ]  # fmt: skip
+        if controller_addresses:
+            self.argv += ["--controller-addresses", controller_addresses]
+        for key, value in (config or {}).items():
+            self.argv += ["--config", f"{key}={value}"]
+        self.env = dict(os.environ)
+        if secret is not None:
+            self.env["ODRADEK_CLUSTER_SECRET"] = secret
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Start the child and wait until it prints its "listening" line."""
+        os.makedirs(self.data_dir, exist_ok=True)
+        self._stderr = open(os.path.join(self.data_dir, "controller.stderr"), "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=self._stderr, env=self.env)
+        lines: queue.Queue[bytes] = queue.Queue()
+        assert self.proc.stdout is not None
+        threading.Thread(target=_pump, args=(self.proc.stdout, lines), daemon=True).start()
+        try:
+            line = lines.get(timeout=timeout_s)
+        except queue.Empty:
+            self.kill()
+            raise TimeoutError(f"controller {self.node_id} did not start within {timeout_s} s") from None
+        if b"listening on" not in line:
+            self.kill()
+            raise RuntimeError(f"controller {self.node_id} failed to start: {self.stderr_tail()}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown at all, as in a crash."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGKILL)
+        self._reap()
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM and wait (SIGKILL after ``timeout_s``); returns the exit status."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self._reap()
+
+    def _reap(self) -> int | None:
+        status = None
+        if self.proc is not None:
+            try:
+                status = self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                status = self.proc.wait(timeout=10)
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+        return status
+
+    def stderr_tail(self, lines: int = 20) -> str:
+        path = os.path.join(self.data_dir, "controller.stderr")
+        with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+        return ""
+
+
+def _pump(stream: IO[bytes], lines: queue.Queue[bytes]) -> None:
+    for line in stream:
+        lines.put(line)
+
+
+class LocalQuorum:
+    """``n`` controllers on 127.0.0.1 with free ports, data under ``root/controller-<id>``, node ids 1..n.
+
+    Not thread-safe: one thread drives it.
+    """
+
+    def __init__(self, root: str, n: int = 3, config: Mapping[str, str] | None = None) -> None:
+        ports = free_ports(2 * n)
+        self.ids = list(range(1, n + 1))
+        self.raft = {i: f"127.0.0.1:{ports[k]}" for k, i in enumerate(self.ids)}
+        self.listen = {i: f"127.0.0.1:{ports[n + k]}" for k, i in enumerate(self.ids)}
+        self.quorum = ",".join(f"{i}@{a}" for i, a in self.raft.items())
+        self.addresses = ",".join(f"{i}@{a}" for i, a in self.listen.items())
+        self.root = root
+        self.config = dict(config or {})
+        self.secret = secrets.token_hex(16)
+        self.nodes: dict[int, ControllerProcess] = {}
+
+    def start(self, node_id: int) -> ControllerProcess:
+        node = ControllerProcess(
+            node_id, self.listen[node_id], self.raft[node_id], self.quorum,
+            os.path.join(self.root, f"controller-{node_id}"), controller_addresses=self.addresses,
+            config=self.config, secret=self.secret,
+        )  # fmt: skip
+        self.nodes[node_id] = node
+        node.start()
+        return node
+
+    def start_all(self) -> LocalQuorum:
+        for node_id in self.ids:
+            self.start(node_id)
+        return self
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
+
+    def __enter__(self) -> LocalQuorum:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.02) -> None:
+    """Poll ``predicate()`` until true; ``TimeoutError`` naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def addresses_of(quorum: LocalQuorum, ids: Sequence[int] | None = None) -> list[str]:
+    return [quorum.listen[i] for i in (ids if ids is not None else quorum.ids)]

@@ -1,0 +1,176 @@
+"""The Controller gRPC service (proto/controller.proto) over a :class:`~controller.server.ControllerServer`.
+
+Writes (RegisterBroker ... AllocateProducerIds) go to the controller thread and wait; a node that is not
+the active controller answers NOT_CONTROLLER with a :class:`ControllerHint` naming the one it knows.
+Reads are served by every node from its own committed state: FetchMetadata (long poll; a snapshot first
+when the reader is below the trim point) and DescribeQuorum.
+
+Thread-safety: the servicer holds no state of its own; gRPC calls it from its worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import grpc
+
+from controller.raft.state import NeedsSnapshot
+from proto import common_pb2, controller_pb2_grpc
+from proto import controller_pb2 as pb
+
+if TYPE_CHECKING:
+    from controller.server import ControllerServer
+
+log = logging.getLogger("odradek.controller")
+
+
+class _Response(Protocol):
+    """What every Controller response has: ``error`` and the ``controller`` hint."""
+
+    @property
+    def error(self) -> common_pb2.Error: ...
+
+    @property
+    def controller(self) -> common_pb2.ControllerHint: ...
+
+
+R = TypeVar("R", bound=_Response)
+
+MAX_MESSAGE_BYTES = 64 << 20
+"""gRPC message limit of the service (a metadata snapshot travels in one FetchMetadata answer)."""
+GRPC_WORKERS = 64
+FETCH_MAX_RECORDS = 10_000
+FETCH_DEFAULT_RECORDS = 1000
+FETCH_MAX_BYTES = 8 << 20
+FETCH_MAX_WAIT_MS = 30_000
+
+
+class ControllerService(controller_pb2_grpc.ControllerServicer):
+    """Every RPC of the Controller service; see the module docstring."""
+
+    def __init__(self, server: ControllerServer) -> None:
+        self._server = server
+
+    def _write(self, rpc: str, request: Any, response_type: type[R], timeout_ms: int = 0) -> R:
+        from controller.server import Unanswered
+
+        try:
+            response = self._server.submit(rpc, request, response_type, timeout_ms)
+        except Unanswered as exc:
+            response = response_type()
+            response.error.CopyFrom(exc.to_error())
+        if response.error.code:
+            response.controller.CopyFrom(self._server.hint())
+        return response
+
+    def RegisterBroker(self, request: pb.RegisterBrokerRequest, context: Any) -> pb.RegisterBrokerResponse:
+        return self._write("RegisterBroker", request, pb.RegisterBrokerResponse)
+
+    def BrokerHeartbeat(self, request: pb.BrokerHeartbeatRequest, context: Any) -> pb.BrokerHeartbeatResponse:
+        return self._write("BrokerHeartbeat", request, pb.BrokerHeartbeatResponse)
+
+    def CreateTopics(self, request: pb.CreateTopicsRequest, context: Any) -> pb.CreateTopicsResponse:
+        return self._write("CreateTopics", request, pb.CreateTopicsResponse, request.timeout_ms)
+
+    def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: Any) -> pb.DeleteTopicsResponse:
+        return self._write("DeleteTopics", request, pb.DeleteTopicsResponse, request.timeout_ms)
+
+    def CreatePartitions(self, request: pb.CreatePartitionsRequest, context: Any) -> pb.CreatePartitionsResponse:
+        return self._write("CreatePartitions", request, pb.CreatePartitionsResponse, request.timeout_ms)
+
+    def AlterPartition(self, request: pb.AlterPartitionRequest, context: Any) -> pb.AlterPartitionResponse:
+        return self._write("AlterPartition", request, pb.AlterPartitionResponse)
+
+    def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Any) -> pb.AlterConfigsResponse:
+        return self._write("AlterConfigs", request, pb.AlterConfigsResponse)
+
+    def ElectLeaders(self, request: pb.ElectLeadersRequest, context: Any) -> pb.ElectLeadersResponse:
+        return self._write("ElectLeaders", request, pb.ElectLeadersResponse)
+
+    def AllocateProducerIds(
+        self, request: pb.AllocateProducerIdsRequest, context: Any
+    ) -> pb.AllocateProducerIdsResponse:
+        return self._write("AllocateProducerIds", request, pb.AllocateProducerIdsResponse)
+
+    def FetchMetadata(self, request: pb.FetchMetadataRequest, context: Any) -> pb.FetchMetadataResponse:
+        return fetch_metadata(self._server, request)
+
+    def DescribeQuorum(self, request: pb.DescribeQuorumRequest, context: Any) -> pb.DescribeQuorumResponse:
+        return describe_quorum(self._server)
+
+
+def fetch_metadata(server: ControllerServer, request: pb.FetchMetadataRequest) -> pb.FetchMetadataResponse:
+    """Committed records from ``from_offset`` (a snapshot first below the trim point); long-polls up to
+    ``max_wait_ms`` when there are none yet."""
+    quorum = server.quorum
+    response = pb.FetchMetadataResponse(controller=server.hint())
+    if request.from_offset < 0:
+        response.error.code, response.error.message = "INVALID_REQUEST", "from_offset must be >= 0"
+        return response
+    max_records = min(request.max_records or FETCH_DEFAULT_RECORDS, FETCH_MAX_RECORDS)
+    wait_s = min(max(request.max_wait_ms, 0), FETCH_MAX_WAIT_MS) / 1000.0
+    if wait_s > 0 and quorum.end_offset <= request.from_offset:
+        quorum.wait_for_offset(request.from_offset, wait_s)
+    offset = request.from_offset
+    for _ in range(5):  # a fold between reading the snapshot and the records: read again
+        batch = quorum.records_from(offset, max_records=max(1, max_records), max_bytes=FETCH_MAX_BYTES)
+        if isinstance(batch, NeedsSnapshot):
+            view = quorum.snapshot()
+            if view.data is None:  # cannot be: a trimmed log has a snapshot
+                break
+            response.snapshot.offset, response.snapshot.payload = view.end_offset - 1, view.data
+            offset = view.end_offset
+            continue
+        response.entries.extend(pb.MetadataLogEntry(offset=e.offset, term=e.term, payload=e.payload) for e in batch)
+        response.end_offset = quorum.end_offset
+        return response
+    response.Clear()
+    response.error.code, response.error.message = "REQUEST_TIMED_OUT", "the metadata log kept moving; retry"
+    return response
+
+
+def describe_quorum(server: ControllerServer) -> pb.DescribeQuorumResponse:
+    """This node's view of the quorum: Raft leader and term, commit index, metadata end offset, voters."""
+    status = server.quorum.status()
+    leader_id = -1 if status.leader_id is None else status.leader_id
+    response = pb.DescribeQuorumResponse(
+        controller=server.hint(),
+        leader_id=leader_id,
+        term=status.raft_term,
+        commit_index=status.commit_index,
+        metadata_end_offset=status.end_offset,
+        cluster_id=server.options.cluster_id,
+    )
+    for voter in status.voters:
+        response.nodes.add(
+            node_id=voter.node_id,
+            address=server.publisher.addresses.get(voter.node_id, ""),
+            raft_address=voter.address,
+            is_leader=voter.node_id == leader_id,
+            match_index=-1 if voter.match_index is None else voter.match_index,
+        )
+    return response
+
+
+def start_grpc_server(server: ControllerServer, listen: str) -> grpc.Server:
+    """Serve the Controller service on ``listen`` (``host:port``); raises ``RuntimeError`` if it cannot bind."""
+    grpc_server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=GRPC_WORKERS, thread_name_prefix=f"controller-{server.node_id}-grpc"),
+        options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    add_servicer: Any = controller_pb2_grpc.add_ControllerServicer_to_server  # generated code is untyped
+    add_servicer(ControllerService(server), grpc_server)
+    try:
+        port = grpc_server.add_insecure_port(listen)
+    except RuntimeError as exc:
+        raise RuntimeError(f"cannot listen on {listen}: {exc}") from None
+    if port == 0:
+        raise RuntimeError(f"cannot listen on {listen}")
+    grpc_server.start()
+    return grpc_server
