@@ -57,7 +57,6 @@ METADATA_DIR = "__cluster_metadata-0"
 TICK_INTERVAL_S = 0.1
 _ROLE_POLL_S = 0.05
 _SETTLE_TIMEOUT_S = 5.0
-_LEADER_CHANGE_HAS_ADDRESS = "leader_address" in {f.name for f in dataclasses.fields(LeaderChange)}
 
 
 class MonotonicClock:
@@ -132,13 +131,13 @@ class MetadataPublisher:
             for entry in event.entries:
                 record = decode_record(entry.payload)
                 delta.replay(record, entry.offset)
-                if isinstance(record, LeaderChange):
-                    address: str = getattr(record, "leader_address", "")  # once LeaderChange carries it
-                    if address:
-                        self.addresses[record.leader_id] = address  # one dict store: atomic
+                if isinstance(record, LeaderChange) and record.leader_address:
+                    self.addresses[record.leader_id] = record.leader_address  # one dict store: atomic
             self.image = delta.apply()
         else:
             self.image = self._rebuild()
+            if self.image.controller_address:  # the snapshot keeps the active controller's address
+                self.addresses[self.image.controller_id] = self.image.controller_address
 
     def _rebuild(self) -> MetadataImage:
         """The image from the quorum's snapshot and the records after it (after a StateReset)."""
@@ -215,8 +214,7 @@ class ControllerServer:
         self._grpc: Any = None
 
     def _leader_change_payload(self, term: int, node_id: int) -> bytes:
-        extra: dict[str, Any] = {"leader_address": self.options.listen} if _LEADER_CHANGE_HAS_ADDRESS else {}
-        return encode_record(LeaderChange(term, node_id, **extra))
+        return encode_record(LeaderChange(term, node_id, self.options.listen))
 
     # --- lifecycle -------------------------------------------------------------------------------
 
