@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy log odradek
+	$(BIN)/mypy log odradek controller broker replication
 
 pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)

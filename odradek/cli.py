@@ -30,9 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_server_parsers(commands: Any) -> None:
     """Server commands, imported here so that importing ``odradek`` never imports them; their modules
     import nothing heavy until their handler runs."""
+    from broker.cli import add_broker_parser
     from controller.cli import add_controller_parser
 
     add_controller_parser(commands)
+    add_broker_parser(commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

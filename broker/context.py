@@ -1,0 +1,36 @@
+"""What every request handler may use: the broker's identity, config, metadata, partitions, controllers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from broker.config import BrokerConfig
+from broker.controller_channel import ControllerChannel
+from broker.metadata_cache import MetadataCache
+from broker.replica_manager import ReplicaManager
+from proto import controller_pb2
+
+
+@dataclass(slots=True)
+class QuorumInfo:
+    """The last DescribeQuorum answer a controller gave (cluster id, controller nodes), for DescribeCluster."""
+
+    cluster_id: str = ""
+    nodes: list[controller_pb2.QuorumNode] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class BrokerContext:
+    """The broker as request handlers see it.
+
+    Thread-safety: every part is safe to use from request threads (see each class); ``quorum`` is replaced
+    whole by the DescribeCluster handler (one attribute write).
+    """
+
+    broker_id: int
+    config: BrokerConfig
+    metadata: MetadataCache
+    replicas: ReplicaManager
+    controllers: ControllerChannel | None = None  # None: no controller (unit tests); forwards time out
+    quorum: QuorumInfo = field(default_factory=QuorumInfo)
+    forward_timeout_ms: int = 30_000

@@ -1,0 +1,159 @@
+"""The broker's connection to the controller quorum: gRPC stubs, NOT_CONTROLLER hints, retries with backoff.
+
+Two kinds of calls (proto/controller.proto):
+
+* ``call(..., active=True)``: writes that only the active controller decides (RegisterBroker,
+  BrokerHeartbeat, CreateTopics, ...). A NOT_CONTROLLER answer names the active one in its
+  ``ControllerHint``: the channel follows the hint (and remembers it), else tries the next address.
+* ``call(..., active=False)``: reads that every controller serves (FetchMetadata, DescribeQuorum); the
+  channel sticks to the controller that answered last and moves on when it fails.
+
+Unreachable controllers (gRPC errors) and hint-less NOT_CONTROLLER answers are retried with exponential
+backoff (50 ms doubling to 1 s) until the call's deadline; then :class:`ControllerUnavailableError`.
+Every call has a deadline; :meth:`ControllerChannel.close` cancels calls in flight (a long poll too).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from broker.errors import NOT_CONTROLLER, REQUEST_TIMED_OUT, BrokerError
+from proto import controller_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 64 << 20  # a metadata snapshot travels in one FetchMetadata answer
+_BACKOFF_START_S = 0.05
+_BACKOFF_MAX_S = 1.0
+
+
+class ControllerUnavailableError(BrokerError):
+    """No controller answered (or none was active) before the deadline."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(REQUEST_TIMED_OUT, message)
+
+
+class ChannelClosedError(BrokerError):
+    def __init__(self) -> None:
+        super().__init__(REQUEST_TIMED_OUT, "the broker is shutting down")
+
+
+class ControllerChannel:
+    """Stubs to every known controller address.
+
+    Thread-safety: every method may be called from any thread; one lock guards the stub cache and the
+    set of calls in flight, and the remembered active / reading addresses are single attribute writes.
+    """
+
+    def __init__(self, addresses: Sequence[str]) -> None:
+        if not addresses:
+            raise ValueError("at least one controller address is needed")
+        self._addresses = list(dict.fromkeys(addresses))
+        self._rotation = itertools.cycle(range(1 << 30))
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, Any] = {}
+        self._inflight: set[grpc.Future] = set()
+        self._closed = False
+        self.active: str | None = None  # the active controller, as last learned
+        self._reader: str | None = None  # the controller that served the last read
+
+    @property
+    def addresses(self) -> list[str]:
+        return list(self._addresses)
+
+    def _stub(self, address: str) -> Any:
+        with self._lock:
+            if self._closed:
+                raise ChannelClosedError()
+            stub = self._stubs.get(address)
+            if stub is None:
+                channel = grpc.insecure_channel(
+                    address,
+                    options=[
+                        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ],
+                )
+                self._channels[address] = channel
+                stub = self._stubs[address] = controller_pb2_grpc.ControllerStub(channel)  # type: ignore[no-untyped-call]
+            return stub
+
+    def _next_address(self) -> str:
+        return self._addresses[next(self._rotation) % len(self._addresses)]
+
+    def call(self, method: str, request: Any, timeout_s: float, *, active: bool = True) -> Any:
+        """Send ``request`` to the ``method`` of a controller; see the module docstring."""
+        deadline = time.monotonic() + timeout_s
+        backoff = _BACKOFF_START_S
+        address = (self.active if active else self._reader) or self._next_address()
+        last_problem = "no controller tried"
+        hops = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ControllerUnavailableError(
+                    f"{method}: no controller answered in {timeout_s:.1f} s ({last_problem})"
+                )
+            response, problem, hint = self._try(address, method, request, remaining)
+            if response is not None:
+                if active:
+                    self.active = address
+                else:
+                    self._reader = address
+                return response
+            last_problem = problem
+            hops += 1
+            if hint:
+                if hint not in self._addresses:
+                    self._addresses.append(hint)
+                address = self.active = hint
+            else:
+                if active and self.active == address:
+                    self.active = None
+                address = self._next_address()
+            if not hint or hops > len(self._addresses):  # follow a fresh hint at once; back off otherwise
+                time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    def _try(self, address: str, method: str, request: Any, timeout_s: float) -> tuple[Any, str, str]:
+        """One attempt: ``(response, "", "")``, or ``(None, problem, hint address or "")``."""
+        future = getattr(self._stub(address), method).future(request, timeout=timeout_s)
+        with self._lock:
+            if self._closed:
+                future.cancel()
+            self._inflight.add(future)
+        try:
+            response = future.result()
+        except grpc.FutureCancelledError:
+            raise ChannelClosedError() from None
+        except grpc.RpcError as exc:
+            if self._closed:
+                raise ChannelClosedError() from None
+            return None, f"{address}: {exc.code().name}", ""
+        finally:
+            with self._lock:
+                self._inflight.discard(future)
+        if response.error.code == NOT_CONTROLLER:
+            hint = response.controller.address if response.controller.node_id >= 0 else ""
+            return None, f"{address}: NOT_CONTROLLER", hint if hint != address else ""
+        return response, "", ""
+
+    def close(self) -> None:
+        """Cancel calls in flight and close every channel; later calls raise :class:`ChannelClosedError`."""
+        with self._lock:
+            self._closed = True
+            inflight, self._inflight = list(self._inflight), set()
+            channels, self._channels = list(self._channels.values()), {}
+        for future in inflight:
+            future.cancel()
+        for channel in channels:
+            channel.close()

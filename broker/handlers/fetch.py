@@ -1,0 +1,146 @@
+"""Fetch: whole batches from many partitions at once, for consumers and followers; long poll via the purgatory.
+
+Limits (Kafka's ``ReplicaManager.readFromLog``): the response carries at most ``max_bytes`` (capped by
+``fetch.max.bytes``, or ``replica.fetch.response.max.bytes`` for followers), each partition at most its
+``partition_max_bytes`` (0 or less: no per-partition limit), except that the first batch of the first
+partition that has data is returned whole even when larger (so a consumer always makes progress).
+Records go out unchanged from disk.
+
+Consumers (``replica_id`` < 0) read below the high watermark, followers to the log end; a follower's fetch
+reports its position (which may move the high watermark: waiting acks=all produces are then checked).
+
+Per partition: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH
+(``current_leader_epoch``), OFFSET_OUT_OF_RANGE with the log start and end offsets filled in.
+
+The answer is immediate when ``max_wait_ms`` <= 0, the data reaches ``min_bytes``, any partition has an
+error, or there is nothing to fetch; otherwise a :class:`~broker.delayed_fetch.DelayedFetch` waits (its
+docstring lists when it completes; ``max_wait_ms`` is capped at 300 s) and the partitions are read again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.context import BrokerContext
+from broker.delayed_fetch import DelayedFetch, FetchStatus
+from broker.errors import error_of
+from broker.handlers.common import local_partition
+from log.errors import OffsetOutOfRangeError
+from proto import broker_pb2 as pb
+from replication.partition import FetchPosition
+
+WAIT_SLACK_S = 5.0
+MAX_WAIT_CAP_MS = 300_000  # a longer max_wait_ms is cut to this (STYLE.md §8: every request has a maximum)
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    topic: str
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int
+
+
+def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
+    for_replica = request.replica_id >= 0
+    limit = ctx.config.replica_fetch_response_max_bytes if for_replica else ctx.config.fetch_max_bytes
+    max_bytes = min(request.max_bytes, limit) if request.max_bytes > 0 else limit
+    targets = [
+        _Target(topic.name, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    starts = _positions(ctx, targets, for_replica)  # before the read: nothing that arrives after is missed
+    response, sizes, failed = _read_all(ctx, request.replica_id, targets, max_bytes)
+    total = sum(sizes)
+    if request.max_wait_ms <= 0 or total >= request.min_bytes or failed or not targets or total >= max_bytes:
+        return response
+    statuses = [
+        FetchStatus((t.topic, t.partition), t.fetch_offset, _partition_limit(t, max_bytes), start, size)
+        for t, start, size in zip(targets, starts, sizes, strict=True)
+        if start is not None
+    ]
+    op = DelayedFetch(min(request.max_wait_ms, MAX_WAIT_CAP_MS), request.min_bytes, for_replica, statuses,
+                      lambda key: ctx.replicas.partition(*key))  # fmt: skip
+    purgatory = ctx.replicas.fetch_purgatory
+    if not purgatory.try_complete_else_watch(op, op.keys) and not op.wait(op.delay_ms / 1000 + WAIT_SLACK_S):
+        op.expire()
+    return _read_all(ctx, request.replica_id, targets, max_bytes)[0]
+
+
+def _partition_limit(target: _Target, max_bytes: int) -> int:
+    return target.partition_max_bytes if target.partition_max_bytes > 0 else max_bytes
+
+
+def _positions(ctx: BrokerContext, targets: list[_Target], for_replica: bool) -> list[FetchPosition | None]:
+    positions: list[FetchPosition | None] = []
+    for target in targets:
+        partition = ctx.replicas.partition(target.topic, target.partition)
+        positions.append(None if partition is None else partition.fetch_position(for_replica))
+    return positions
+
+
+def _read_all(
+    ctx: BrokerContext, replica_id: int, targets: list[_Target], max_bytes: int
+) -> tuple[pb.FetchResponse, list[int], bool]:
+    """Read every target within the limits; ``(response, bytes per target, whether any failed)``."""
+    response = pb.FetchResponse()
+    topics: dict[str, pb.FetchTopicResponse] = {}
+    sizes: list[int] = []
+    budget, min_one_batch, failed = max_bytes, True, False
+    for target in targets:
+        topic = topics.get(target.topic)
+        if topic is None:
+            topic = topics[target.topic] = response.topics.add(name=target.topic)
+        answer = topic.partitions.add(partition=target.partition)
+        size = _read_one(ctx, replica_id, target, min(_partition_limit(target, max_bytes), budget), min_one_batch,
+                         answer)  # fmt: skip
+        failed = failed or bool(answer.error.code)
+        sizes.append(size)
+        if size:
+            min_one_batch = False
+            budget = max(0, budget - size)
+    return response, sizes, failed
+
+
+def _read_one(
+    ctx: BrokerContext, replica_id: int, target: _Target, max_bytes: int, min_one_batch: bool,
+    answer: pb.FetchPartitionResponse,
+) -> int:  # fmt: skip
+    """Read one partition into ``answer``; returns the bytes read."""
+    answer.high_watermark = answer.last_stable_offset = answer.log_start_offset = answer.log_end_offset = -1
+    answer.leader_epoch = -1
+    try:
+        partition = local_partition(ctx, target.topic, target.partition)
+        read = partition.read(
+            target.fetch_offset, max(max_bytes, 0), replica_id=replica_id,
+            current_leader_epoch=target.current_leader_epoch, min_one_batch=min_one_batch,
+        )  # fmt: skip
+    except OffsetOutOfRangeError as exc:
+        answer.error.CopyFrom(error_of(exc))
+        _fill_offsets(ctx, target, answer)
+        return 0
+    except Exception as exc:
+        answer.error.CopyFrom(error_of(exc))
+        return 0
+    if read.high_watermark_moved:
+        ctx.replicas.produce_purgatory.check_and_complete((target.topic, target.partition))
+        ctx.replicas.fetch_purgatory.check_and_complete((target.topic, target.partition))
+    answer.high_watermark = answer.last_stable_offset = read.high_watermark
+    answer.log_start_offset = read.log_start_offset
+    answer.log_end_offset = read.log_end_offset
+    answer.leader_epoch = read.leader_epoch
+    records = read.records
+    if records:
+        answer.records = records
+    return len(records)
+
+
+def _fill_offsets(ctx: BrokerContext, target: _Target, answer: pb.FetchPartitionResponse) -> None:
+    partition = ctx.replicas.partition(target.topic, target.partition)
+    if partition is not None:
+        answer.log_start_offset = partition.log_start_offset
+        answer.log_end_offset = partition.log_end_offset
+        answer.high_watermark = answer.last_stable_offset = partition.high_watermark
+        answer.leader_epoch = partition.leader_epoch

@@ -1,0 +1,102 @@
+"""Metadata: the whole cluster as this broker's metadata image has it (any broker answers).
+
+Brokers: the unfenced ones, with their advertised ``host:port`` (Kafka lists only live brokers).
+Topics: the ones asked for (``all_topics``: every one); an unknown topic answers UNKNOWN_TOPIC_OR_PARTITION,
+or, with ``auto.create.topics.enable`` (off by default here), is created through the active controller with
+``num.partitions`` / ``default.replication.factor`` and answers LEADER_NOT_AVAILABLE until it has leaders
+(INVALID_TOPIC_EXCEPTION for a name no topic may have). Partitions: leader (-1 and LEADER_NOT_AVAILABLE when
+none), leader epoch, replicas, ISR. ``controller_id`` is the active controller's node id.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from broker.context import BrokerContext
+from broker.errors import INVALID_TOPIC_EXCEPTION, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION, error
+from broker.lifecycle import LISTENER
+from controller.image import BrokerRegistration, MetadataImage, TopicImage
+from proto import broker_pb2 as pb
+from proto import controller_pb2
+
+logger = logging.getLogger(__name__)
+
+TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+AUTO_CREATE_TIMEOUT_S = 5.0
+
+
+def valid_topic_name(name: str) -> bool:
+    return bool(TOPIC_NAME.fullmatch(name)) and name not in (".", "..")
+
+
+def broker_node(broker: BrokerRegistration) -> pb.BrokerNode:
+    endpoint = broker.endpoint(LISTENER) or (broker.endpoints[0] if broker.endpoints else None)
+    return pb.BrokerNode(
+        node_id=broker.broker_id,
+        host=endpoint.host if endpoint else "",
+        port=endpoint.port if endpoint else -1,
+        rack=broker.rack or "",
+        fenced=broker.fenced,
+    )
+
+
+def handle(ctx: BrokerContext, request: pb.MetadataRequest) -> pb.MetadataResponse:
+    image = ctx.metadata.image
+    names = sorted(image.topics_by_name) if request.all_topics else list(dict.fromkeys(request.topics))
+    missing = [n for n in names if image.topic(n) is None]
+    if missing and not request.all_topics and ctx.config.get("auto.create.topics.enable"):
+        _auto_create(ctx, [n for n in missing if valid_topic_name(n)])
+        image = ctx.metadata.image
+    response = pb.MetadataResponse(
+        cluster_id=ctx.quorum.cluster_id, controller_id=image.controller_id, metadata_offset=image.offset
+    )
+    response.brokers.extend(broker_node(b) for b in image.unfenced_brokers())
+    for name in names:
+        topic = image.topic(name)
+        if topic is not None:
+            response.topics.append(topic_metadata(image, topic))
+        elif ctx.config.get("auto.create.topics.enable") and not request.all_topics:
+            if valid_topic_name(name):
+                response.topics.add(name=name, error=error(LEADER_NOT_AVAILABLE, f"topic {name!r} is being created"))
+            else:
+                response.topics.add(name=name, error=error(INVALID_TOPIC_EXCEPTION, f"invalid topic name {name!r}"))
+        else:
+            response.topics.add(name=name, error=error(UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"))
+    return response
+
+
+def topic_metadata(image: MetadataImage, topic: TopicImage) -> pb.TopicMetadata:
+    result = pb.TopicMetadata(name=topic.name, topic_id=topic.topic_id, is_internal=topic.name.startswith("__"))
+    for number in sorted(topic.partitions):
+        reg = topic.partitions[number]
+        answer = result.partitions.add(
+            partition=number, leader=reg.leader, leader_epoch=reg.leader_epoch, replicas=reg.replicas, isr=reg.isr
+        )
+        if not reg.has_leader:
+            answer.error.CopyFrom(error(LEADER_NOT_AVAILABLE, f"{topic.name}-{number} has no leader"))
+        offline = [r for r in reg.replicas if image.broker(r) is None or image.brokers[r].fenced]
+        answer.offline_replicas.extend(offline)
+    return result
+
+
+def _auto_create(ctx: BrokerContext, names: list[str]) -> None:
+    if not names or ctx.controllers is None:
+        return
+    request = controller_pb2.CreateTopicsRequest(
+        topics=[
+            controller_pb2.TopicToCreate(
+                name=n,
+                num_partitions=int(ctx.config.get("num.partitions")),
+                replication_factor=int(ctx.config.get("default.replication.factor")),
+            )
+            for n in names
+        ],
+        timeout_ms=int(AUTO_CREATE_TIMEOUT_S * 1000),
+    )
+    try:
+        ctx.controllers.call("CreateTopics", request, AUTO_CREATE_TIMEOUT_S)
+    except Exception as exc:
+        logger.info("auto-creating topics %s failed: %s", names, exc)
+        return
+    ctx.metadata.wait_for(lambda image: all(image.topic(n) is not None for n in names), AUTO_CREATE_TIMEOUT_S)

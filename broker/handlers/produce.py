@@ -1,0 +1,85 @@
+"""Produce: append each partition's batches as leader; acks=all waits in the purgatory for the ISR.
+
+Per partition, in order: the partition must exist (UNKNOWN_TOPIC_OR_PARTITION) and be led here
+(NOT_LEADER_OR_FOLLOWER); acks=all needs ``len(isr) >= min.insync.replicas`` (NOT_ENOUGH_REPLICAS); the
+batches must be valid (CORRUPT_MESSAGE, INVALID_RECORD) and small enough (MESSAGE_TOO_LARGE). A partition
+that fails changes nothing and does not stop the others. ``acks`` outside {0, 1, -1} fails every
+partition with INVALID_REQUIRED_ACKS and appends nothing.
+
+acks=0 and acks=1 answer after the leader append (the client ignores the acks=0 answer); acks=-1 parks a
+:class:`~broker.delayed_produce.DelayedProduce` until every appended partition's high watermark passes its
+batch, or ``timeout_ms`` (capped at 300 s). Each ``records`` field is read once: protobuf copies bytes on every access.
+"""
+
+from __future__ import annotations
+
+from broker.context import BrokerContext
+from broker.delayed_produce import DelayedProduce, ProduceStatus
+from broker.errors import INVALID_REQUIRED_ACKS, error, error_of
+from broker.handlers.common import local_partition
+from proto import broker_pb2 as pb
+
+VALID_ACKS = (0, 1, -1)
+WAIT_SLACK_S = 5.0  # beyond timeout_ms, in case the timer thread is late
+MAX_TIMEOUT_MS = 300_000  # a longer timeout_ms is cut to this (STYLE.md §8: every request has a maximum)
+
+
+def handle(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse:
+    acks = request.acks
+    response = pb.ProduceResponse()
+    waiting: list[tuple[ProduceStatus, pb.ProducePartitionResponse]] = []
+    for topic_data in request.topics:
+        topic_response = response.topics.add(name=topic_data.name)
+        for data in topic_data.partitions:
+            records = data.records  # once: a copy per access
+            answer = topic_response.partitions.add(
+                partition=data.partition, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1
+            )
+            if acks not in VALID_ACKS:
+                answer.error.CopyFrom(error(INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, got {acks}"))
+                continue
+            status = _append(ctx, topic_data.name, data.partition, records, acks, answer)
+            if status is not None and acks == -1:
+                waiting.append((status, answer))
+    if waiting:
+        _wait_for_replication(ctx, request.timeout_ms, waiting)
+    return response
+
+
+def _append(
+    ctx: BrokerContext, topic: str, number: int, records: bytes, acks: int, answer: pb.ProducePartitionResponse
+) -> ProduceStatus | None:
+    """Append one partition's batches; fills ``answer``; the status to wait on, or None after an error."""
+    try:
+        partition = local_partition(ctx, topic, number)
+        epoch = partition.leader_epoch  # before the append: a change in between fails acks=all safely
+        info = partition.append_as_leader(records, acks)
+    except Exception as exc:
+        answer.error.CopyFrom(error_of(exc))
+        return None
+    answer.base_offset = info.first_offset
+    answer.log_append_time_ms = info.log_append_time
+    answer.log_start_offset = info.log_start_offset
+    ctx.replicas.complete_delayed(partition.key)  # waiting fetches (and, with ISR = {leader}, produces)
+    return ProduceStatus(partition.key, info.last_offset + 1, epoch)
+
+
+def _wait_for_replication(
+    ctx: BrokerContext, timeout_ms: int, waiting: list[tuple[ProduceStatus, pb.ProducePartitionResponse]]
+) -> None:
+    statuses = [status for status, _ in waiting]
+    op = DelayedProduce(min(max(timeout_ms, 0), MAX_TIMEOUT_MS), statuses, lambda key: ctx.replicas.partition(*key))
+    purgatory = ctx.replicas.produce_purgatory
+    if not purgatory.try_complete_else_watch(op, op.keys) and not op.wait(op.delay_ms / 1000 + WAIT_SLACK_S):
+        op.expire()
+    for status, answer in waiting:
+        if status.error:
+            why = _WHY.get(status.error, "acks=all not satisfied")
+            answer.error.CopyFrom(error(status.error, f"{status.key[0]}-{status.key[1]}: {why}"))
+
+
+_WHY = {
+    "REQUEST_TIMED_OUT": "the in-sync replicas did not all get the records within timeout_ms",
+    "NOT_LEADER_OR_FOLLOWER": "leadership moved before the in-sync replicas had the records",
+    "NOT_ENOUGH_REPLICAS_AFTER_APPEND": "the records are written but the ISR shrank below min.insync.replicas",
+}

@@ -1,0 +1,283 @@
+"""The purgatory: requests that wait for a condition or a timeout (Kafka's ``DelayedOperation``).
+
+One generic mechanism (STYLE.md §5). A :class:`DelayedOperation` says when it can complete
+(:meth:`~DelayedOperation.try_complete`), what completing does (:meth:`~DelayedOperation.on_complete`, run
+exactly once) and what an expiry adds (:meth:`~DelayedOperation.on_expiration`). A :class:`Purgatory` holds
+the operations that could not complete at once, watched under keys (a ``(topic, partition)``), and a timer:
+
+* ``try_complete_else_watch(op, keys)``: try; else watch ``op`` under ``keys`` and start its timer. It tries
+  once more after watching, so an event that happened between the first try and the watch is not missed
+  (Kafka's order).
+* ``check_and_complete(key)``: something changed under ``key`` (an append, a high watermark move, a
+  leadership change): every operation watching it tries again.
+* the timer expires operations whose ``delay_ms`` passed: ``force_complete`` then ``on_expiration``.
+
+Exactly once: completion is a test-and-set (a non-blocking ``Lock.acquire``); whichever of a check, the
+timer or a shutdown wins runs ``on_complete``, the others do nothing. ``try_complete`` itself runs under the
+operation's own lock, so two checkers never evaluate one operation at the same time.
+
+Bounded: at most ``max_operations`` operations are watched; an operation over the bound completes at once
+(its ``on_complete`` answers with what there is, as if it had expired immediately).
+
+Time comes from an injected :class:`~log.clock.Clock` (monotonic milliseconds). :meth:`Purgatory.expire_due`
+expires what is due by that clock, so tests drive expiry with a ``ManualClock`` and no thread; a running
+broker calls :meth:`Purgatory.start`, which starts the one reaper thread (a heap of deadlines).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterable
+from typing import Any, Generic, TypeVar
+
+from log.clock import Clock
+
+logger = logging.getLogger(__name__)
+
+Key = Hashable
+Op = TypeVar("Op", bound="DelayedOperation")
+_REAPER_MAX_SLEEP_S = 1.0  # the reaper re-reads the clock at least this often
+
+
+class DelayedOperation(ABC):
+    """A request waiting in a purgatory. Subclasses implement the three hooks below.
+
+    Thread-safety: ``try_complete`` is called under the operation's lock (one checker at a time, from any
+    thread); ``force_complete`` may race from any number of threads and runs ``on_complete`` exactly once;
+    ``wait`` may be called from any thread (the request's own, typically).
+    """
+
+    def __init__(self, delay_ms: float) -> None:
+        self.delay_ms = max(0.0, float(delay_ms))
+        self._check_lock = threading.RLock()  # re-entrant: on_complete may take it to read try_complete's work
+        self._completion = threading.Lock()  # acquired exactly once: by whoever completes the operation
+        self._done = threading.Event()
+        self._expired = False
+        self._purgatory: Purgatory[Any] | None = None
+        self._keys: tuple[Key, ...] = ()
+
+    # --- the hooks -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def try_complete(self) -> bool:
+        """Check the completion condition; if it holds, ``return self.force_complete()``, else False."""
+
+    @abstractmethod
+    def on_complete(self) -> None:
+        """Complete the operation (build its answer). Runs exactly once, on the thread that completed it."""
+
+    def on_expiration(self) -> None:  # noqa: B027 (a hook with a default: most operations need nothing)
+        """Called once after ``on_complete`` when the timer completed the operation."""
+
+    # --- completion ------------------------------------------------------------------------------
+
+    def force_complete(self) -> bool:
+        """Complete now unless already completed; True when this call did it (and ran ``on_complete``)."""
+        return self._complete(expired=False)
+
+    def _complete(self, *, expired: bool) -> bool:
+        if not self._completion.acquire(blocking=False):
+            return False
+        self._expired = expired
+        try:
+            self.on_complete()
+        finally:
+            self._done.set()
+            purgatory = self._purgatory
+            if purgatory is not None:
+                purgatory._forget(self)
+        return True
+
+    def safe_try_complete(self) -> bool:
+        """``try_complete`` under the operation's lock; False at once when already completed."""
+        with self._check_lock:
+            return not self.is_completed and self.try_complete()
+
+    def expire(self) -> bool:
+        """The timer's path: complete as expired, then ``on_expiration``; True when this call completed it."""
+        if not self._complete(expired=True):
+            return False
+        self.on_expiration()
+        return True
+
+    @property
+    def is_completed(self) -> bool:
+        return self._completion.locked()
+
+    @property
+    def expired(self) -> bool:
+        """Whether the timer (or the bound) completed the operation rather than its condition."""
+        return self._expired
+
+    def wait(self, timeout_s: float | None) -> bool:
+        """Block until completed (True) or ``timeout_s`` passes (False)."""
+        return self._done.wait(timeout_s)
+
+
+class DeadlineHeap:
+    """Deadlines of operations, earliest first (the timer's data structure). Pure; not thread-safe.
+
+    Completed operations are dropped lazily when they reach the top, and all at once when they outnumber
+    the live ones (so a purgatory whose operations mostly complete early stays small).
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, DelayedOperation]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def add(self, op: DelayedOperation, deadline_ms: float) -> None:
+        heapq.heappush(self._heap, (deadline_ms, next(self._seq), op))
+
+    def next_deadline(self) -> float | None:
+        while self._heap and self._heap[0][2].is_completed:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+    def pop_due(self, now_ms: float) -> list[DelayedOperation]:
+        """Every live operation whose deadline is at or before ``now_ms``, earliest first."""
+        due = []
+        while self._heap and self._heap[0][0] <= now_ms:
+            op = heapq.heappop(self._heap)[2]
+            if not op.is_completed:
+                due.append(op)
+        return due
+
+    def purge(self, live: int) -> None:
+        if len(self._heap) > 2 * live + 1024:
+            self._heap = [entry for entry in self._heap if not entry[2].is_completed]
+            heapq.heapify(self._heap)
+
+
+class Purgatory(Generic[Op]):
+    """Operations of one kind (fetch, produce, ...) waiting under keys, with their timer.
+
+    Thread-safety: every method may be called from any thread. One lock guards the watcher map, the live
+    set and the timer heap; no operation hook ever runs under it (hooks take partition locks).
+    """
+
+    def __init__(self, name: str, clock: Clock, max_operations: int) -> None:
+        if max_operations < 0:
+            raise ValueError(f"max_operations must be >= 0, got {max_operations}")
+        self.name = name
+        self.max_operations = max_operations
+        self._clock = clock
+        self._cond = threading.Condition(threading.Lock())
+        self._watchers: dict[Key, dict[int, Op]] = {}
+        self._live: dict[int, Op] = {}
+        self._timer = DeadlineHeap()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    # --- watching --------------------------------------------------------------------------------
+
+    def try_complete_else_watch(self, op: Op, keys: Iterable[Key]) -> bool:
+        """Complete ``op`` now if it can; else watch it under ``keys`` until it completes or expires.
+
+        True when ``op`` is completed on return (including over the bound, where it completes at once).
+        """
+        keys = tuple(dict.fromkeys(keys))
+        if not keys:
+            raise ValueError("an operation is watched under at least one key")
+        if op.safe_try_complete():
+            return True
+        with self._cond:
+            over = self._stopping or len(self._live) >= self.max_operations
+            if not over:
+                op._purgatory = self
+                op._keys = keys
+                self._live[id(op)] = op
+                for key in keys:
+                    self._watchers.setdefault(key, {})[id(op)] = op
+        if over:
+            if not self._stopping:
+                logger.warning("%s purgatory holds %d operations: answering at once", self.name, self.max_operations)
+            return op.expire() or True
+        if op.safe_try_complete():  # an event between the first try and the watch
+            return True
+        with self._cond:
+            if not op.is_completed:
+                self._timer.add(op, self._clock.monotonic_ms() + op.delay_ms)
+                self._cond.notify()
+        return op.is_completed
+
+    def check_and_complete(self, key: Key) -> int:
+        """Every operation watching ``key`` tries to complete; returns how many did."""
+        with self._cond:
+            watching = self._watchers.get(key)
+            if not watching:
+                return 0
+            ops = list(watching.values())
+        return sum(1 for op in ops if op.safe_try_complete())
+
+    def _forget(self, op: DelayedOperation) -> None:
+        """A completed operation leaves the watcher lists (called by the operation, never under our lock)."""
+        with self._cond:
+            if self._live.pop(id(op), None) is None:
+                return
+            for key in op._keys:
+                watching = self._watchers.get(key)
+                if watching is not None:
+                    watching.pop(id(op), None)
+                    if not watching:
+                        del self._watchers[key]
+
+    @property
+    def size(self) -> int:
+        """Operations watched now (not yet completed)."""
+        return len(self._live)
+
+    def watched(self, key: Key) -> int:
+        with self._cond:
+            return len(self._watchers.get(key, ()))
+
+    # --- the timer -------------------------------------------------------------------------------
+
+    def expire_due(self) -> int:
+        """Expire every operation whose deadline passed by the clock; returns how many this call expired."""
+        with self._cond:
+            due = self._timer.pop_due(self._clock.monotonic_ms())
+            self._timer.purge(len(self._live))
+        return sum(1 for op in due if op.expire())
+
+    def next_deadline_ms(self) -> float | None:
+        with self._cond:
+            return self._timer.next_deadline()
+
+    def start(self) -> None:
+        """Start the reaper thread (a real clock's job; ManualClock tests call ``expire_due``)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._reap, name=f"purgatory-{self.name}", daemon=True)
+            self._thread.start()
+
+    def _reap(self) -> None:
+        while True:
+            with self._cond:
+                if self._stopping:
+                    return
+                deadline = self._timer.next_deadline()
+                wait_ms = _REAPER_MAX_SLEEP_S * 1000 if deadline is None else deadline - self._clock.monotonic_ms()
+                if wait_ms > 0:
+                    self._cond.wait(min(wait_ms / 1000.0, _REAPER_MAX_SLEEP_S))
+                    continue
+            try:
+                self.expire_due()
+            except Exception:  # a bug in a hook: keep the reaper alive, the others still need it
+                logger.exception("%s purgatory: an expiration failed", self.name)
+
+    def shutdown(self) -> None:
+        """Stop the reaper and complete every waiting operation now (each answers with what there is)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            ops = list(self._live.values())
+        for op in ops:
+            op.expire()
+        if self._thread is not None:
+            self._thread.join(5.0)

@@ -1,0 +1,123 @@
+"""The Broker gRPC service (proto/broker.proto): a thin shell over ``broker.handlers``.
+
+Each RPC calls its handler with the :class:`~broker.context.BrokerContext`. Handlers answer errors in the
+response (Kafka's names); an exception escaping one is a bug: it is logged and the call fails with gRPC
+status INTERNAL, and the broker keeps serving.
+
+Thread-safety: the servicer holds no state of its own; gRPC calls it from its worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any, TypeVar
+
+import grpc
+
+from broker.config import BrokerConfig
+from broker.context import BrokerContext
+from broker.handlers import (
+    describe_cluster,
+    describe_configs,
+    fetch,
+    forward,
+    list_offsets,
+    metadata,
+    produce,
+)
+from proto import broker_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+RESPONSE_SLACK_BYTES = 1 << 20  # framing of a response around its record bytes
+
+
+class BrokerService(broker_pb2_grpc.BrokerServicer):
+    """Every RPC of the Broker service."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self._ctx = ctx
+
+    def _call(self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any) -> Resp:
+        try:
+            return handler(self._ctx, request)
+        except Exception as exc:
+            logger.exception("broker %d: %s failed", self._ctx.broker_id, getattr(handler, "__module__", handler))
+            context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {exc!r}")
+            raise  # abort raises; this line satisfies the type checker
+
+    def Metadata(self, request: Any, context: Any) -> Any:
+        return self._call(metadata.handle, request, context)
+
+    def Produce(self, request: Any, context: Any) -> Any:
+        return self._call(produce.handle, request, context)
+
+    def Fetch(self, request: Any, context: Any) -> Any:
+        return self._call(fetch.handle, request, context)
+
+    def ListOffsets(self, request: Any, context: Any) -> Any:
+        return self._call(list_offsets.handle, request, context)
+
+    def DescribeCluster(self, request: Any, context: Any) -> Any:
+        return self._call(describe_cluster.handle, request, context)
+
+    def DescribeConfigs(self, request: Any, context: Any) -> Any:
+        return self._call(describe_configs.handle, request, context)
+
+    def CreateTopics(self, request: Any, context: Any) -> Any:
+        return self._call(forward.create_topics, request, context)
+
+    def DeleteTopics(self, request: Any, context: Any) -> Any:
+        return self._call(forward.delete_topics, request, context)
+
+    def CreatePartitions(self, request: Any, context: Any) -> Any:
+        return self._call(forward.create_partitions, request, context)
+
+    def AlterConfigs(self, request: Any, context: Any) -> Any:
+        return self._call(forward.alter_configs, request, context)
+
+    def ElectLeaders(self, request: Any, context: Any) -> Any:
+        return self._call(forward.elect_leaders, request, context)
+
+
+def message_limits(config: BrokerConfig) -> tuple[int, int]:
+    """``(max receive, max send)`` bytes of one gRPC message.
+
+    Receive: ``socket.request.max.bytes`` (a Produce may carry many partitions' batches, each up to
+    ``message.max.bytes``). Send: the larger Fetch cap (``fetch.max.bytes`` or
+    ``replica.fetch.response.max.bytes``) plus one batch of ``message.max.bytes`` (the first batch goes out
+    whole even above the cap) plus framing.
+    """
+    receive = max(int(config.get("socket.request.max.bytes")), config.message_max_bytes + RESPONSE_SLACK_BYTES)
+    send = max(config.fetch_max_bytes, config.replica_fetch_response_max_bytes) + config.message_max_bytes
+    return receive, min(send + RESPONSE_SLACK_BYTES, 2**31 - 1)
+
+
+def start_grpc_server(ctx: BrokerContext, listen: str) -> grpc.Server:
+    """Serve the Broker service on ``listen``; ``RuntimeError`` when it cannot bind."""
+    receive, send = message_limits(ctx.config)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(
+            max_workers=int(ctx.config.get("num.io.threads")), thread_name_prefix=f"broker-{ctx.broker_id}-rpc"
+        ),
+        options=[
+            ("grpc.max_receive_message_length", receive),
+            ("grpc.max_send_message_length", send),
+            ("grpc.so_reuseport", 0),
+        ],
+        maximum_concurrent_rpcs=int(ctx.config.get("queued.max.requests")),
+    )
+    add_servicer: Any = broker_pb2_grpc.add_BrokerServicer_to_server  # generated code is untyped
+    add_servicer(BrokerService(ctx), server)
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError as exc:
+        raise RuntimeError(f"cannot listen on {listen}: {exc}") from None
+    if port == 0:
+        raise RuntimeError(f"cannot listen on {listen}")
+    server.start()
+    return server

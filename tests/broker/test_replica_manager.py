@@ -1,0 +1,216 @@
+"""The replica manager following metadata: roles, deletes, reassignment, config changes, strays, restarts;
+the metadata loader's image diff; log maintenance (retention, checkpoints)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.handlers import fetch
+from broker.log_manager import HW_CHECKPOINT, PARTITION_METADATA, parse_partition_dir
+from broker.maintenance import LogMaintenance
+from broker.metadata_loader import config_changes, image_changes
+from controller.image import MetadataDelta, MetadataImage
+from controller.records import (
+    Config,
+    ConfigResourceType,
+    Endpoint,
+    MetadataRecord,
+    Partition,
+    PartitionChange,
+    RegisterBroker,
+    RemoveTopic,
+    Topic,
+)
+from log.clock import ManualClock
+from log.errors import StorageError
+from replication.partition import Role
+from tests.broker.conftest import BrokerHarness, batch
+from tests.broker.test_fetch_handler import append, fetch_request, part
+
+
+def test_partition_directories_carry_the_topic_id(harness: BrokerHarness) -> None:
+    topic_id = harness.create_topic("orders-v2", partitions=2)
+    for p in (0, 1):
+        directory = harness.root / f"orders-v2-{p}"
+        assert (directory / PARTITION_METADATA).read_text() == f"version: 0\ntopic_id: {topic_id}\n"
+        assert parse_partition_dir(directory.name) == ("orders-v2", p)
+    assert parse_partition_dir("orders-v2-x") is None
+    assert parse_partition_dir("t-0.abc-delete") is None
+
+
+def test_a_deleted_topic_loses_its_directories(harness: BrokerHarness) -> None:
+    harness.create_topic("t", partitions=2)
+    append(harness, batch())
+    harness.delete_topic("t")
+    assert harness.replicas.partition("t", 0) is None
+    assert not any(path.name.startswith("t-") for path in harness.root.iterdir())
+
+
+def test_reassignment_away_deletes_and_follower_refuses_writes(harness: BrokerHarness) -> None:
+    harness.register(1)
+    harness.create_topic("t", replicas=[0, 1])
+    harness.change("t", leader=1)
+    assert harness.partition("t").role is Role.FOLLOWER
+    harness.change("t", isr=[1], replicas=[1])
+    assert harness.replicas.partition("t", 0) is None
+    assert not (harness.root / "t-0").exists()
+
+
+def test_topic_config_changes_reach_the_log(harness: BrokerHarness) -> None:
+    harness.create_topic("t")
+    append(harness, batch())
+    harness.set_config("t", "retention.ms", "1234")
+    assert harness.partition("t").config.retention_ms == 1234
+    assert harness.partition("t").log_end_offset == 1  # the data survived the reopen
+    harness.set_config("t", "retention.ms", None)
+    assert harness.partition("t").config.retention_ms == 7 * 24 * 3600 * 1000
+    harness.apply(Config(ConfigResourceType.CLUSTER, "", "log.retention.bytes", "99"))
+    assert harness.partition("t").config.retention_bytes == 99
+
+
+def test_restart_keeps_data_and_high_watermark_and_sets_strays_aside(tmp_path: Path) -> None:
+    root = tmp_path / "broker"
+    first = BrokerHarness(root)
+    first.register(1)
+    first.create_topic("kept", replicas=[0, 1], isr=[0, 1])
+    first.create_topic("gone")
+    append(first, batch([b"a", b"b"]), "kept")
+    fetch.handle(first.ctx, fetch_request([("kept", 0, 2)], replica_id=1))  # HW 2
+    assert first.partition("kept").high_watermark == 2
+    records = part(fetch.handle(first.ctx, fetch_request([("kept", 0, 0)])), "kept").records
+    kept_id = first.topic_ids["kept"]
+    first.close()
+    assert (root / HW_CHECKPOINT).exists()
+    assert (root / "kept-0" / "clean-shutdown").exists()
+
+    second = BrokerHarness(root)  # a new image in which only "kept" exists (with the same id)
+    try:
+        assert second.replicas.partition("kept", 0) is not None  # opened from disk, role NONE
+        second.register(1)
+        second.apply(Topic("kept", kept_id), Partition(kept_id, 0, (0, 1), (0, 1), 0, leader_epoch=1))
+        assert second.partition("kept").role is Role.LEADER
+        assert second.partition("kept").high_watermark == 2  # from the checkpoint
+        assert part(fetch.handle(second.ctx, fetch_request([("kept", 0, 0)])), "kept").records[16:] == records[16:]
+        strays = second.replicas.quarantine_strays()
+        assert strays == [("gone", 0)]
+        assert [p.name.endswith("-stray") for p in root.iterdir() if p.name.startswith("gone-0")] == [True]
+    finally:
+        second.close()
+
+
+def test_another_topic_with_the_same_name_does_not_get_old_data(tmp_path: Path) -> None:
+    root = tmp_path / "broker"
+    first = BrokerHarness(root)
+    first.create_topic("t")
+    append(first, batch([b"old"]))
+    first.close()
+    second = BrokerHarness(root)
+    try:
+        second.create_topic("t")  # a new topic id
+        assert second.partition("t").log_end_offset == 0
+        assert any(p.name.endswith("-stray") for p in root.iterdir())
+    finally:
+        second.close()
+
+
+def test_meta_properties_guard_the_node_id(tmp_path: Path) -> None:
+    root = tmp_path / "broker"
+    BrokerHarness(root, broker_id=3).close()
+    with pytest.raises(StorageError, match="belongs to broker 3"):
+        BrokerHarness(root, broker_id=4)
+
+
+def test_retention_deletes_segments_and_completes_waiting_fetches(tmp_path: Path) -> None:
+    h = BrokerHarness(tmp_path / "b", props={"log.retention.check.interval.ms": "10"})
+    try:
+        h.create_topic("t", configs={"segment.bytes": "200", "retention.bytes": "1"})
+        for _ in range(4):
+            append(h, batch([b"x" * 100]))
+        assert len(h.partition("t").log.segments) == 4
+        clock = ManualClock()
+        maintenance = LogMaintenance(h.replicas, h.config, clock)
+        clock.advance(10)
+        maintenance.run_due()
+        assert h.partition("t").log_start_offset == 3  # only the active segment is left
+        assert part(fetch.handle(h.ctx, fetch_request([("t", 0, 0)]))).error.code == "OFFSET_OUT_OF_RANGE"
+        clock.advance(5000)
+        maintenance.run_due()
+        assert "t 0 4" in (tmp_path / "b" / HW_CHECKPOINT).read_text()
+    finally:
+        h.close()
+
+
+# --------------------------------------------------------------------------- image diffs (snapshots)
+
+
+def _image(records: list[MetadataRecord]) -> MetadataImage:
+    delta = MetadataDelta(MetadataImage())
+    for i, record in enumerate(records):
+        delta.replay(record, i)
+    return delta.apply()
+
+
+TOPIC_IDS = [str(uuid.UUID(int=i + 1)) for i in range(3)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(0, 3)), max_size=12))
+def test_image_changes_agree_with_the_delta(changes: list[tuple[int, int, int]]) -> None:
+    """After a snapshot the loader diffs two images; that diff must ask of the broker what the delta between
+    the same two images asks (deletes exactly; leaders/followers at least the delta's, by registration)."""
+    base: list[MetadataRecord] = [
+        RegisterBroker(b, str(uuid.UUID(int=100 + b)), b, (Endpoint("P", "h", 1),)) for b in range(3)
+    ]
+    base += [Topic(f"t{i}", TOPIC_IDS[i]) for i in range(3)]
+    base += [Partition(TOPIC_IDS[i], 0, (0, 1, 2), (0, 1, 2), i) for i in range(3)]
+    old = _image(base)
+    delta = MetadataDelta(old)
+    offset = old.offset
+    removed: set[int] = set()
+    for topic, leader, action in changes:
+        if topic in removed:
+            continue
+        offset += 1
+        if action == 3:
+            delta.replay(RemoveTopic(TOPIC_IDS[topic]), offset)
+            removed.add(topic)
+        else:
+            replicas = (0, 1, 2) if action == 0 else (1, 2)
+            lead = leader if leader in replicas else replicas[0]
+            delta.replay(PartitionChange(TOPIC_IDS[topic], 0, isr=replicas, leader=lead, replicas=replicas), offset)
+    new = delta.apply()
+    for broker in range(3):
+        expected = delta.local_changes(broker)
+        diff = image_changes(old, new, broker)
+        assert diff.deletes == expected.deletes
+        assert {tp: r for tp, r in expected.leaders.items() if old.partition(tp.topic_id, 0) != r} == dict(diff.leaders)
+        assert {tp: r for tp, r in expected.followers.items() if old.partition(tp.topic_id, 0) != r} == dict(
+            diff.followers
+        )
+    assert config_changes(old, new) == set()
+
+
+def test_idle_logs_are_flushed_by_flush_ms(tmp_path: Path) -> None:
+    h = BrokerHarness(tmp_path / "b")
+    try:
+        h.create_topic("t", configs={"flush.ms": "1000"})
+        h.create_topic("lazy")  # flush.ms unset: never flushed by time
+        clock = ManualClock()
+        maintenance = LogMaintenance(h.replicas, h.config, clock)
+        maintenance.run_due()  # starts the flush.ms clock of each log
+        append(h, batch(), "t")
+        append(h, batch(), "lazy")
+        clock.advance(999)
+        maintenance.run_due()
+        assert h.partition("t").log.recovery_point == 0
+        clock.advance(1)
+        maintenance.run_due()
+        assert h.partition("t").log.recovery_point == 1
+        assert h.partition("lazy").log.recovery_point == 0
+    finally:
+        h.close()
