@@ -1,0 +1,500 @@
+"""The producer's record accumulator: per-partition queues of batches, filled by ``send`` and drained
+by the sender thread. Pure: no I/O, time from an injected clock.
+
+Rules (Kafka's ``RecordAccumulator``):
+
+- A record joins the last batch of its partition while that batch is open and has room for it
+  (``batch.size``, measured as the exact uncompressed size so far plus an upper bound for the record);
+  otherwise that batch is closed and a new one opened. A record larger than ``batch.size`` gets a
+  batch of its own.
+- Opening a batch reserves ``max(batch.size, record size)`` bytes of ``buffer.memory``; the bytes come
+  back when the batch completes. With no memory left, ``append`` blocks up to ``max.block.ms`` and then
+  raises :class:`KafkaTimeoutError` (back-pressure).
+- A partition's first batch is *ready* when it is closed (full), its ``linger.ms`` has passed, a
+  flush or close is in progress, or appends are waiting for memory; a retried batch waits out its
+  backoff first.
+- ``drain`` takes, for each broker, the ready batches of the partitions it leads, in order, up to
+  ``max.request.size`` per request, and mutes those partitions until ``unmute``: one request in flight
+  per partition keeps records in order across retries (sequence numbers arrive with idempotence).
+- A batch not in flight whose ``delivery.timeout.ms`` has passed since it was opened expires.
+
+Thread-safety: one lock guards the queues, the memory count and the muted set; ``append`` takes it
+once per record, the sender once per pass. Batches drained by the sender belong to the sender thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from typing import Any, NamedTuple
+
+from log.record import BatchBuilder
+from odradek.clock import Clock
+from odradek.errors import IllegalStateError, KafkaTimeoutError
+from odradek.types import Header, RecordMetadata, TopicPartition
+
+RECORD_OVERHEAD_BYTES = 21  # Kafka's upper bound of a record's varints and attributes (5+1+10+5)
+BATCH_OVERHEAD_BYTES = 61  # the RecordBatch v2 header
+
+
+def record_size_upper_bound(key: bytes | None, value: bytes | None, headers: Sequence[Header] | None) -> int:
+    size = RECORD_OVERHEAD_BYTES + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+    if headers:
+        for name, hvalue in headers:
+            size += 10 + len(name.encode("utf-8")) + (len(hvalue) if hvalue is not None else 0)
+    return size
+
+
+class RecordFuture(Future[RecordMetadata]):
+    """The future of one produced record. It shares its batch's condition: a batch completes all its
+    futures at once, under that condition, so a waiter woken by it always finds its own future done.
+    Not cancellable (a record handed to the producer cannot be taken back): ``cancel`` returns False.
+
+    Creating and completing a future per record is a large part of a record's cost, so this class
+    takes over three steps of :class:`concurrent.futures.Future` using its (CPython 3.11+) attributes:
+    ``__init__`` shares the batch's condition instead of building one, the ``_waiters`` and
+    ``_done_callbacks`` lists are only created when first used (most futures never get either; three
+    fewer objects per record for the garbage collector to track), and :func:`resolve_all` completes a
+    whole batch under one lock. tests/clients/test_accumulator.py checks the public behavior (result,
+    exception, callbacks, ``concurrent.futures.wait``) so a change in CPython shows up there.
+    """
+
+    def __init__(self, condition: threading.Condition) -> None:
+        self._condition = condition
+        self._state = _PENDING
+        self._result = None
+        self._exception = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _LAZY_LISTS:  # first use of _waiters or _done_callbacks
+            created: list[Any] = []
+            self.__dict__[name] = created
+            return created
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def add_done_callback(self, fn: Callable[[Future[RecordMetadata]], object]) -> None:
+        """As ``Future.add_done_callback`` (run at once if done), with the condition's C-level lock calls."""
+        condition = self._condition
+        condition.acquire()
+        try:
+            if self._state != _FINISHED:
+                callbacks = self.__dict__.get("_done_callbacks")
+                if callbacks is None:
+                    self._done_callbacks = [fn]
+                else:
+                    callbacks.append(fn)
+                return
+        finally:
+            condition.release()
+        try:
+            fn(self)
+        except Exception:
+            _futures_log.exception("exception calling callback for %r", self)
+
+    def cancel(self) -> bool:
+        return False
+
+
+_futures_log = logging.getLogger("concurrent.futures")
+_LAZY_LISTS = frozenset(("_waiters", "_done_callbacks"))
+_PENDING = "PENDING"
+_FINISHED = "FINISHED"
+
+
+def resolve_all(
+    condition: threading.Condition,
+    futures: Sequence[RecordFuture],
+    results: Iterable[RecordMetadata] | None,
+    error: BaseException | None,
+) -> None:
+    """Complete ``futures`` (all pending, sharing ``condition``) with ``results``, or all with ``error``.
+
+    The same steps as ``Future.set_result`` / ``set_exception``, done for a whole batch under one lock.
+    """
+    with_callbacks: list[RecordFuture] = []
+    with condition:
+        if results is None:
+            for future in futures:
+                future._exception = error
+                future._state = _FINISHED
+        else:
+            for future, result in zip(futures, results, strict=True):
+                future._result = result
+                future._state = _FINISHED
+        for future in futures:
+            extras = future.__dict__
+            if len(extras) > 4:  # a waiter or a callback was added (4: the attributes set by __init__)
+                for waiter in extras.get("_waiters", ()):
+                    if results is None:
+                        waiter.add_exception(future)
+                    else:
+                        waiter.add_result(future)
+                if extras.get("_done_callbacks"):
+                    with_callbacks.append(future)
+        condition.notify_all()
+    for future in with_callbacks:
+        future._invoke_callbacks()
+
+
+class ProducerBatch:
+    """The records of one partition bound for one RecordBatch. Owned by the accumulator's lock until
+    drained, then by the sender thread."""
+
+    __slots__ = (
+        "tp",
+        "builder",
+        "futures",
+        "timestamps",
+        "condition",
+        "created_ms",
+        "reserved_bytes",
+        "attempts",
+        "retry_at_ms",
+        "closed",
+        "data",
+        "done",
+        "last_error",
+    )
+
+    def __init__(self, tp: TopicPartition, compression: int, created_ms: float, reserved_bytes: int) -> None:
+        self.tp = tp
+        self.builder: BatchBuilder | None = BatchBuilder(compression)
+        self.futures: list[RecordFuture] = []
+        self.timestamps: list[int] = []
+        self.condition = threading.Condition()
+        self.created_ms = created_ms
+        self.reserved_bytes = reserved_bytes
+        self.attempts = 0
+        self.retry_at_ms = 0.0
+        self.closed = False
+        self.data: bytes | None = None
+        self.done = False
+        self.last_error: BaseException | None = None  # why the last attempt failed (named when it expires)
+
+    @property
+    def record_count(self) -> int:
+        return len(self.futures)
+
+    def size_bytes(self) -> int:
+        if self.data is not None:
+            return len(self.data)
+        return self.builder.estimated_size_bytes() if self.builder is not None else 0
+
+    def append(
+        self, timestamp_ms: int, key: bytes | None, value: bytes | None, headers: Sequence[Header]
+    ) -> RecordFuture:
+        assert self.builder is not None
+        assert not self.closed
+        self.builder.append(timestamp_ms, key, value, headers)
+        future = RecordFuture(self.condition)
+        self.futures.append(future)
+        self.timestamps.append(timestamp_ms)
+        return future
+
+    def build(self) -> bytes:
+        """The batch's bytes (built and compressed once; a retry resends the same bytes)."""
+        if self.data is None:
+            assert self.builder is not None
+            self.closed = True
+            self.data = self.builder.build()
+            self.builder = None
+        return self.data
+
+    def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:
+        """Resolve every record's future with its RecordMetadata (offset -1 with acks=0)."""
+        if self.done:
+            return
+        self.done = True
+        topic, partition = self.tp
+        count = len(self.futures)
+        offsets: Iterable[int] = range(base_offset, base_offset + count) if base_offset >= 0 else [-1] * count
+        stamps: Iterable[int] = self.timestamps if log_append_time_ms < 0 else [log_append_time_ms] * count
+        new = tuple.__new__
+        results = [new(RecordMetadata, (topic, partition, o, t)) for o, t in zip(offsets, stamps, strict=True)]
+        resolve_all(self.condition, self.futures, results, None)
+
+    def fail(self, error: BaseException) -> None:
+        if self.done:
+            return
+        self.done = True
+        resolve_all(self.condition, self.futures, None, error)
+
+    def wait(self, timeout_s: float | None) -> bool:
+        with self.condition:
+            if not self.done:
+                self.condition.wait(timeout_s)
+            return self.done
+
+
+class ReadyCheck(NamedTuple):
+    nodes: set[int]  # brokers with at least one sendable batch
+    next_check_ms: float  # how long until another batch may become ready (linger, backoff, expiry)
+    unknown_leaders: bool  # some partition with data has no known leader: refresh metadata
+
+
+class RecordAccumulator:
+    """See the module docstring. Thread-safe (one lock)."""
+
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        linger_ms: int,
+        buffer_memory: int,
+        compression: int,
+        delivery_timeout_ms: int,
+        clock: Clock,
+        wakeup: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._batch_size = max(batch_size, 1)
+        self._linger_ms = linger_ms
+        self._buffer_memory = buffer_memory
+        self._available = buffer_memory
+        self._compression = compression
+        self._delivery_timeout_ms = delivery_timeout_ms
+        self._clock = clock
+        self._wakeup = wakeup
+        self._lock = threading.Lock()
+        self._memory = threading.Condition(self._lock)
+        self._memory_waiters = 0
+        self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._muted: set[TopicPartition] = set()
+        self._incomplete: set[ProducerBatch] = set()
+        self._flushes = 0
+        self._closed = False
+
+    # ---------------------------------------------------------------------------------- appends
+
+    def append(
+        self,
+        tp: TopicPartition,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header],
+        size_estimate: int,
+        max_block_ms: float,
+        abort_on_new_batch: bool = False,
+    ) -> RecordFuture | None:
+        """Add a record to ``tp``'s open batch, or to a new one; blocks for memory up to ``max_block_ms``.
+
+        With ``abort_on_new_batch`` a record that would need a new batch is not added and None is
+        returned: the sticky partitioner then moves on to another partition (KIP-480).
+        """
+        with self._lock:
+            if self._closed:
+                raise IllegalStateError("cannot send after the producer is closed")
+            queue = self._queues.get(tp)
+            if queue is None:
+                queue = self._queues[tp] = deque()
+            elif queue:
+                last = queue[-1]
+                builder = last.builder
+                if not last.closed and builder is not None:
+                    if builder.estimated_size_bytes() + size_estimate <= self._batch_size:
+                        builder.append(timestamp_ms, key, value, headers)
+                        future = RecordFuture(last.condition)
+                        last.futures.append(future)
+                        last.timestamps.append(timestamp_ms)
+                        return future
+                    if abort_on_new_batch:
+                        return None
+                    last.closed = True
+            if abort_on_new_batch:
+                return None
+            batch = self._new_batch(tp, queue, size_estimate, max_block_ms)
+            try:
+                future = batch.append(timestamp_ms, key, value, headers)
+            except BaseException:
+                queue.pop()  # the record was rejected: the empty batch goes away with its memory
+                self._incomplete.discard(batch)
+                self._available += batch.reserved_bytes
+                raise
+        self._wakeup()
+        return future
+
+    def _new_batch(
+        self, tp: TopicPartition, queue: deque[ProducerBatch], size_estimate: int, max_block_ms: float
+    ) -> ProducerBatch:
+        """Reserve memory (waiting if needed; the lock is released while waiting) and open a batch."""
+        size = max(self._batch_size, size_estimate + BATCH_OVERHEAD_BYTES)
+        if size > self._buffer_memory:
+            raise IllegalStateError(f"a batch of {size} bytes can never fit buffer.memory ({self._buffer_memory})")
+        if self._available < size:
+            self._wait_for_memory(size, max_block_ms)
+            if queue and not queue[-1].closed:  # another thread opened a batch while we waited
+                queue[-1].closed = True
+        self._available -= size
+        batch = ProducerBatch(tp, self._compression, self._clock.monotonic_ms(), size)
+        queue.append(batch)
+        self._incomplete.add(batch)
+        return batch
+
+    def _wait_for_memory(self, size: int, max_block_ms: float) -> None:
+        deadline = self._clock.monotonic_ms() + max_block_ms
+        self._memory_waiters += 1
+        try:
+            self._wakeup()  # exhausted memory makes every batch ready
+            while self._available < size:
+                if self._closed:
+                    raise IllegalStateError("the producer was closed while send() waited for buffer memory")
+                remaining = deadline - self._clock.monotonic_ms()
+                if remaining <= 0:
+                    raise KafkaTimeoutError(
+                        f"failed to allocate {size} bytes within max.block.ms ({max_block_ms:.0f} ms): "
+                        f"buffer.memory is {self._buffer_memory} bytes and {self._available} are free"
+                    )
+                self._memory.wait(remaining / 1000)
+        finally:
+            self._memory_waiters -= 1
+
+    # ---------------------------------------------------------------------------------- draining
+
+    def ready(self, leader_of: Callable[[TopicPartition], int], now_ms: float) -> ReadyCheck:
+        nodes: set[int] = set()
+        next_check = float("inf")
+        unknown = False
+        with self._lock:
+            exhausted = self._memory_waiters > 0 or self._flushes > 0 or self._closed
+            for tp, queue in self._queues.items():
+                if not queue or tp in self._muted:  # muted: the answer in flight wakes the sender
+                    continue
+                first = queue[0]
+                next_check = min(next_check, first.created_ms + self._delivery_timeout_ms - now_ms)
+                leader = leader_of(tp)
+                if leader < 0:
+                    unknown = True
+                    continue
+                if leader in nodes:
+                    continue
+                wait = self._wait_ms(first, len(queue), exhausted, now_ms)
+                if wait <= 0:
+                    nodes.add(leader)
+                else:
+                    next_check = min(next_check, wait)
+        return ReadyCheck(nodes, max(next_check, 0.0), unknown)
+
+    def _wait_ms(self, batch: ProducerBatch, queued: int, exhausted: bool, now_ms: float) -> float:
+        """0 when ``batch`` (first of its queue) may be sent now, else how long until it may."""
+        if batch.attempts:
+            return batch.retry_at_ms - now_ms
+        if batch.closed or queued > 1 or exhausted:
+            return 0.0
+        return batch.created_ms + self._linger_ms - now_ms
+
+    def drain(
+        self, leader_of: Callable[[TopicPartition], int], nodes: Iterable[int], max_request_size: int, now_ms: float
+    ) -> dict[int, list[ProducerBatch]]:
+        """Take the sendable batches of ``nodes``' partitions, at most ``max_request_size`` per node; mutes them."""
+        wanted = set(nodes)
+        drained: dict[int, list[ProducerBatch]] = {}
+        sizes: dict[int, int] = {}
+        with self._lock:
+            exhausted = self._memory_waiters > 0 or self._flushes > 0 or self._closed
+            for tp, queue in self._queues.items():
+                if not queue or tp in self._muted:
+                    continue
+                node = leader_of(tp)
+                if node not in wanted:
+                    continue
+                taken = self._drain_queue(
+                    queue, drained.setdefault(node, []), sizes.get(node, 0), max_request_size, exhausted, now_ms
+                )
+                if taken:
+                    sizes[node] = sizes.get(node, 0) + taken
+                    self._muted.add(tp)
+        return {node: batches for node, batches in drained.items() if batches}
+
+    def _drain_queue(
+        self,
+        queue: deque[ProducerBatch],
+        out: list[ProducerBatch],
+        used: int,
+        limit: int,
+        exhausted: bool,
+        now_ms: float,
+    ) -> int:
+        """Move ready batches from the front of ``queue`` to ``out``; returns the bytes taken."""
+        taken = 0
+        while queue and self._wait_ms(queue[0], len(queue), exhausted, now_ms) <= 0:
+            batch = queue[0]
+            size = batch.size_bytes()
+            if (out or taken) and used + taken + size > limit:
+                break
+            queue.popleft()
+            batch.closed = True
+            out.append(batch)
+            taken += size
+        return taken
+
+    def unmute(self, tp: TopicPartition) -> None:
+        with self._lock:
+            self._muted.discard(tp)
+
+    def reenqueue(self, batches: Sequence[ProducerBatch], retry_at_ms: float) -> None:
+        """Put batches that will be retried back at the front of their queues, in their order."""
+        with self._lock:
+            for batch in reversed(batches):
+                batch.retry_at_ms = retry_at_ms
+                self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+
+    def expire(self, now_ms: float) -> list[ProducerBatch]:
+        """Remove and return the queued batches whose delivery timeout has passed (oldest first per queue)."""
+        expired: list[ProducerBatch] = []
+        with self._lock:
+            for tp, queue in self._queues.items():
+                if tp in self._muted:
+                    continue
+                while queue and now_ms - queue[0].created_ms >= self._delivery_timeout_ms:
+                    expired.append(queue.popleft())
+        return expired
+
+    def deallocate(self, batch: ProducerBatch) -> None:
+        """A batch is done (completed or failed): return its memory."""
+        with self._lock:
+            if batch in self._incomplete:
+                self._incomplete.discard(batch)
+                self._available += batch.reserved_bytes
+                self._memory.notify_all()
+
+    # ----------------------------------------------------------------------------- flush, close
+
+    def begin_flush(self) -> None:
+        with self._lock:
+            self._flushes += 1
+        self._wakeup()
+
+    def end_flush(self) -> None:
+        with self._lock:
+            self._flushes -= 1
+
+    def incomplete(self) -> list[ProducerBatch]:
+        with self._lock:
+            return list(self._incomplete)
+
+    def has_incomplete(self) -> bool:
+        return bool(self._incomplete)
+
+    def close(self) -> None:
+        """No more appends; every queued batch becomes ready. Blocked appends fail."""
+        with self._lock:
+            self._closed = True
+            self._memory.notify_all()
+        self._wakeup()
+
+    def abort_all(self) -> list[ProducerBatch]:
+        """Remove every queued batch (not the drained ones) and return them, to be failed by the caller."""
+        with self._lock:
+            batches = [batch for queue in self._queues.values() for batch in queue]
+            self._queues.clear()
+        return batches
+
+    def available_memory(self) -> int:
+        return self._available
+
+    def queued_batches(self, tp: TopicPartition) -> list[ProducerBatch]:
+        with self._lock:
+            return list(self._queues.get(tp, ()))

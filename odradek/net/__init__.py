@@ -1,0 +1,7 @@
+"""The clients' network layer: gRPC channels per broker, cluster metadata, calls with retries."""
+
+from odradek.net.channels import ChannelPool, rpc_error
+from odradek.net.client import ClusterClient, ListedOffset
+from odradek.net.metadata import Cluster, PartitionInfo, TopicInfo
+
+__all__ = ["ChannelPool", "Cluster", "ClusterClient", "ListedOffset", "PartitionInfo", "TopicInfo", "rpc_error"]

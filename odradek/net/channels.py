@@ -1,0 +1,100 @@
+"""One gRPC channel per broker address, and gRPC failures mapped to Kafka's errors.
+
+A channel multiplexes every call to its broker over one HTTP/2 connection, so "max in flight per
+connection" is a count the clients keep themselves. Channels reconnect on their own; the reconnect
+backoff follows ``retry.backoff.ms`` / ``retry.backoff.max.ms`` (gRPC's defaults go up to two minutes,
+far too long for a client that waits on a restarted broker).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from odradek import __version__
+from odradek.errors import (
+    IllegalStateError,
+    InvalidRequestError,
+    KafkaError,
+    KafkaTimeoutError,
+    MessageTooLargeError,
+    NetworkError,
+    UnknownKafkaError,
+    UnsupportedVersionError,
+)
+from proto import broker_pb2_grpc
+
+MESSAGE_SLACK_BYTES = 1 << 20  # request/response framing around the record bytes
+
+_new_stub: Callable[[grpc.Channel], Any] = broker_pb2_grpc.BrokerStub  # generated code is untyped
+
+
+class ChannelPool:
+    """gRPC channels and Broker stubs by ``host:port``. Thread-safe: creation and close take a lock."""
+
+    def __init__(
+        self,
+        *,
+        max_message_bytes: int,
+        client_id: str = "",
+        reconnect_backoff_ms: int = 100,
+        reconnect_backoff_max_ms: int = 1000,
+    ) -> None:
+        limit = max_message_bytes + MESSAGE_SLACK_BYTES
+        agent = f"odradek/{__version__}" + (f" {client_id}" if client_id else "")
+        self._options = [
+            ("grpc.max_send_message_length", limit),
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.primary_user_agent", agent),
+            ("grpc.initial_reconnect_backoff_ms", max(1, reconnect_backoff_ms)),
+            ("grpc.min_reconnect_backoff_ms", max(1, reconnect_backoff_ms)),
+            ("grpc.max_reconnect_backoff_ms", max(1, reconnect_backoff_max_ms, reconnect_backoff_ms)),
+        ]
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, Any] = {}
+        self._closed = False
+
+    def stub(self, address: str) -> Any:
+        stub = self._stubs.get(address)
+        if stub is not None:
+            return stub
+        with self._lock:
+            if self._closed:
+                raise IllegalStateError("the client is closed")
+            stub = self._stubs.get(address)
+            if stub is None:
+                channel = grpc.insecure_channel(address, options=self._options)
+                self._channels[address] = channel
+                stub = self._stubs[address] = _new_stub(channel)
+            return stub
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            channels = list(self._channels.values())
+            self._channels.clear()
+            self._stubs.clear()
+        for channel in channels:
+            channel.close()
+
+
+def rpc_error(exc: grpc.RpcError, what: str, address: str) -> KafkaError:
+    """The Kafka error for a failed gRPC call ``what`` (e.g. "Produce") to ``address``."""
+    code = exc.code() if isinstance(exc, grpc.Call) else None
+    details = (exc.details() if isinstance(exc, grpc.Call) else None) or str(exc)
+    text = f"{what} to {address} failed: {details}"
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED):
+        return NetworkError(text)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return KafkaTimeoutError(f"{what} to {address} timed out")
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return UnsupportedVersionError(f"the broker at {address} does not implement {what}")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return MessageTooLargeError(text)
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidRequestError(text)
+    return UnknownKafkaError(f"{text} ({code.name if code else 'no status'})")

@@ -1,0 +1,366 @@
+"""The shared core of every client: bootstrap, the metadata cache and its refresh, calls to brokers.
+
+Metadata is refreshed when a client asks (``request_update``: a leader moved, a topic is new) and
+every ``metadata.max.age.ms``; refreshes are spaced by ``retry.backoff.ms``, growing exponentially
+up to ``retry.backoff.max.ms`` while they fail. A refresh asks the known brokers first and then the
+``bootstrap.servers``, each in turn, until one answers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, NamedTuple
+
+import grpc
+
+from odradek.backoff import ExponentialBackoff
+from odradek.clock import SYSTEM_CLOCK, Clock
+from odradek.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    LeaderNotAvailableError,
+    NetworkError,
+    UnknownTopicOrPartitionError,
+    error_from_code,
+)
+from odradek.net.calls import CallPool
+from odradek.net.channels import ChannelPool, rpc_error
+from odradek.net.metadata import EMPTY_CLUSTER, Cluster, TopicInfo
+from odradek.types import TopicPartition
+from proto import broker_pb2
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+
+class ListedOffset(NamedTuple):
+    offset: int  # -1: no record at or after the timestamp asked
+    timestamp: int
+    leader_epoch: int
+
+
+class ClusterClient:
+    """Channels, the metadata snapshot and calls to brokers, shared by one client's threads.
+
+    Thread-safe: ``cluster`` is an immutable snapshot swapped atomically; refreshes are serialized by a
+    lock (a second caller waits for the first refresh and does not repeat it).
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: Sequence[str],
+        client_id: str = "",
+        request_timeout_ms: int = 30000,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1000,
+        metadata_max_age_ms: int = 300000,
+        max_message_bytes: int = 1 << 20,
+        clock: Clock = SYSTEM_CLOCK,
+        max_concurrent_calls: int = 32,
+        name: str = "odradek",
+    ) -> None:
+        self.pool = ChannelPool(
+            max_message_bytes=max_message_bytes,
+            client_id=client_id,
+            reconnect_backoff_ms=retry_backoff_ms,
+            reconnect_backoff_max_ms=retry_backoff_max_ms,
+        )
+        self.calls = CallPool(max_concurrent_calls, f"{name}-{client_id}" if client_id else name)
+        self.clock = clock
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
+        self._bootstrap = tuple(bootstrap_servers)
+        self._retry_backoff_ms = retry_backoff_ms
+        self._max_age_ms = metadata_max_age_ms
+        self._cluster = EMPTY_CLUSTER
+        self._topics: frozenset[str] = frozenset()
+        self._topics_lock = threading.Lock()
+        self._update_requested = True
+        self._refresh_lock = threading.Lock()
+        self._failures = 0
+        self._next_attempt_ms = -float("inf")  # refreshes are spaced (backoff), not only failed ones
+        self._version = 0
+        self._rotation = itertools.count()
+
+    # ---------------------------------------------------------------------------------- metadata
+
+    @property
+    def cluster(self) -> Cluster:
+        return self._cluster
+
+    @property
+    def bootstrap_servers(self) -> tuple[str, ...]:
+        return self._bootstrap
+
+    def add_topics(self, topics: Iterable[str]) -> None:
+        """Keep metadata for these topics too (an update is requested when one is new)."""
+        new = frozenset(topics) - self._topics
+        if new:
+            with self._topics_lock:
+                self._topics = self._topics | new
+            self._update_requested = True
+            if not self._failures:  # a new topic need not wait out the spacing of healthy refreshes
+                self._next_attempt_ms = -float("inf")
+
+    def set_topics(self, topics: Iterable[str]) -> None:
+        topics = frozenset(topics)
+        with self._topics_lock:
+            if topics != self._topics:
+                self._update_requested = bool(topics - self._topics) or self._update_requested
+                self._topics = topics
+
+    def request_update(self) -> None:
+        self._update_requested = True
+
+    def metadata_due_in_ms(self, now_ms: float) -> float:
+        """How long until a refresh should happen (0: now): requested or stale, and past the backoff."""
+        if self._update_requested or now_ms - self._cluster.updated_ms >= self._max_age_ms:
+            return max(0.0, self._next_attempt_ms - now_ms)
+        return self._cluster.updated_ms + self._max_age_ms - now_ms
+
+    def maybe_refresh(self) -> bool:
+        """Refresh if due; True when the snapshot changed. Failures are kept for the next attempt."""
+        if self.metadata_due_in_ms(self.clock.monotonic_ms()) > 0:
+            return False
+        try:
+            self.refresh()
+        except KafkaError:
+            return False
+        return True
+
+    def refresh(self) -> Cluster:
+        """Fetch metadata for the topics of interest now; raises NetworkError when no broker answers."""
+        version = self._version
+        with self._refresh_lock:
+            if self._version != version:  # another thread refreshed while we waited
+                return self._cluster
+            started = self.clock.monotonic_ms()
+            self._update_requested = False
+            request = broker_pb2.MetadataRequest(topics=sorted(self._topics))
+            try:
+                response = self.call_any("Metadata", request)
+            except KafkaError:
+                self._next_attempt_ms = started + self.backoff.backoff_ms(self._failures)
+                self._failures += 1
+                self._update_requested = True
+                raise
+            self._failures = 0
+            self._next_attempt_ms = started + self._retry_backoff_ms
+            self._cluster = Cluster.from_response(response, self.clock.monotonic_ms())
+            self._version += 1
+            return self._cluster
+
+    def wait_for_topic(self, topic: str, timeout_ms: float) -> TopicInfo:
+        """Metadata of ``topic`` with its partitions, refreshing until it shows up or ``timeout_ms`` passes."""
+        self.add_topics((topic,))
+        deadline = self.clock.monotonic_ms() + timeout_ms
+        last_error = ""
+        while True:
+            info = self._cluster.topics.get(topic)
+            if info is not None and info.partitions:
+                return info
+            if info is not None and info.error and info.error != UnknownTopicOrPartitionError.code:
+                error = error_from_code(info.error, f"topic {topic!r}: {info.error}")
+                if not error.retriable:
+                    raise error
+            now = self.clock.monotonic_ms()
+            if now >= deadline:
+                hint = f" (last error: {last_error})" if last_error else ""
+                raise KafkaTimeoutError(f"topic {topic!r} not present in metadata after {timeout_ms:.0f} ms{hint}")
+            self.request_update()
+            wait_ms = min(self.metadata_due_in_ms(now), deadline - now)
+            if wait_ms > 0:
+                time.sleep(wait_ms / 1000)
+                continue
+            try:
+                self.refresh()
+            except KafkaError as exc:
+                last_error = str(exc)
+            info = self._cluster.topics.get(topic)
+            if info is not None and info.error:
+                last_error = f"{info.error} for topic {topic!r}"
+
+    # ------------------------------------------------------------------------------------- calls
+
+    def stub_for(self, node_id: int) -> tuple[Any, str] | None:
+        """The Broker stub and address of ``node_id``, or None when the snapshot does not know it."""
+        address = self._cluster.address(node_id)
+        if address is None:
+            return None
+        return self.pool.stub(address), address
+
+    def _candidates(self) -> Iterator[str]:
+        known = [b.address for b in self._cluster.brokers.values()]
+        if known:
+            start = next(self._rotation) % len(known)
+            known = known[start:] + known[:start]
+        yield from known
+        yield from (a for a in self._bootstrap if a not in known)
+
+    def call_any(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        """Call ``method`` on the first broker that answers; only connection failures move on to the next."""
+        failures: list[str] = []
+        for address in self._candidates():
+            try:
+                return getattr(self.pool.stub(address), method)(request, timeout=timeout_s or self.request_timeout_s)
+            except grpc.RpcError as exc:
+                error = rpc_error(exc, method, address)
+                if not isinstance(error, NetworkError):
+                    raise error from None
+                failures.append(str(error))
+        raise NetworkError(f"no broker answered {method}: {'; '.join(failures)}")
+
+    def call_node(self, node_id: int, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        target = self.stub_for(node_id)
+        if target is None:
+            self.request_update()
+            raise NetworkError(f"broker {node_id} is not in the cluster metadata")
+        stub, address = target
+        try:
+            return getattr(stub, method)(request, timeout=timeout_s or self.request_timeout_s)
+        except grpc.RpcError as exc:
+            raise rpc_error(exc, method, address) from None
+
+    # ------------------------------------------------------------------------------- ListOffsets
+
+    def list_offsets(
+        self,
+        timestamps: Mapping[TopicPartition, int],
+        timeout_ms: float,
+        isolation_level: int = 0,
+        *,
+        fail_on_unknown_topic: bool = False,
+    ) -> dict[TopicPartition, ListedOffset]:
+        """Ask each partition's leader for the offset at a timestamp (-2 earliest, -1 latest, else ms).
+
+        Retriable errors (no leader yet, a leader that moved, a topic the brokers do not know yet) are
+        retried with backoff, refreshing metadata, until ``timeout_ms``; with ``fail_on_unknown_topic``
+        a topic or partition missing from fresh metadata raises UnknownTopicOrPartitionError at once.
+        """
+        self.add_topics(tp.topic for tp in timestamps)
+        remaining = dict(timestamps)
+        found: dict[TopicPartition, ListedOffset] = {}
+        deadline = self.clock.monotonic_ms() + timeout_ms
+        attempt = 0
+        while True:
+            if attempt:
+                self.maybe_refresh()
+            if fail_on_unknown_topic:
+                self._check_partitions_exist(remaining)
+            answered, last_error = self.list_offsets_once(remaining, isolation_level)
+            found.update(answered)
+            for tp in answered:
+                del remaining[tp]
+            if not remaining:
+                return found
+            now = self.clock.monotonic_ms()
+            if now >= deadline:
+                raise KafkaTimeoutError(
+                    f"listing offsets of {', '.join(map(str, sorted(remaining)))} timed out after "
+                    f"{timeout_ms:.0f} ms" + (f": {last_error}" if last_error else "")
+                )
+            time.sleep(min(self.backoff.backoff_ms(attempt), deadline - now) / 1000)
+            attempt += 1
+
+    def list_offsets_once(
+        self, timestamps: Mapping[TopicPartition, int], isolation_level: int = 0
+    ) -> tuple[dict[TopicPartition, ListedOffset], KafkaError | None]:
+        """One round of ListOffsets calls: the offsets found and the last retriable error (non-retriable ones raise)."""
+        found: dict[TopicPartition, ListedOffset] = {}
+        last_error: KafkaError | None = None
+        groups = self._group_by_leader(timestamps)
+        if sum(map(len, groups.values())) < len(timestamps):
+            last_error = LeaderNotAvailableError("some partitions have no known leader")
+        for node, tps in groups.items():
+            error = self._list_offsets_at(node, {tp: timestamps[tp] for tp in tps}, isolation_level, found)
+            last_error = error or last_error
+        if last_error is not None:
+            self.request_update()
+        return found, last_error
+
+    def _check_partitions_exist(self, tps: Iterable[TopicPartition]) -> None:
+        cluster = self._cluster
+        if cluster.updated_ms == 0.0 or any(tp.topic not in cluster.topics for tp in tps):
+            cluster = self.refresh()
+        for tp in tps:
+            info = cluster.topics.get(tp.topic)
+            if info is not None and info.error == UnknownTopicOrPartitionError.code:
+                raise UnknownTopicOrPartitionError(f"topic {tp.topic!r} does not exist")
+            if info is not None and info.partitions and tp.partition >= len(info.partitions):
+                raise UnknownTopicOrPartitionError(
+                    f"partition {tp} does not exist: topic {tp.topic!r} has {len(info.partitions)} partitions"
+                )
+
+    def _group_by_leader(self, tps: Iterable[TopicPartition]) -> dict[int, list[TopicPartition]]:
+        groups: dict[int, list[TopicPartition]] = {}
+        cluster = self._cluster
+        for tp in tps:
+            leader = cluster.leader(tp)
+            if leader < 0:
+                self.request_update()
+                continue
+            groups.setdefault(leader, []).append(tp)
+        return groups
+
+    def _list_offsets_at(
+        self,
+        node: int,
+        timestamps: Mapping[TopicPartition, int],
+        isolation_level: int,
+        found: dict[TopicPartition, ListedOffset],
+    ) -> KafkaError | None:
+        """One ListOffsets call; fills ``found``, raises non-retriable errors, returns the last retriable one."""
+        cluster = self._cluster
+        request = broker_pb2.ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=isolation_level,
+            partitions=[
+                broker_pb2.ListOffsetsPartition(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    timestamp=ts,
+                    current_leader_epoch=_epoch(cluster, tp),
+                )
+                for tp, ts in timestamps.items()
+            ],
+        )
+        try:
+            response = self.call_node(node, "ListOffsets", request)
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            self.request_update()
+            return exc
+        last: KafkaError | None = None
+        for p in response.partitions:
+            tp = TopicPartition(p.topic, p.partition)
+            if tp not in timestamps:
+                continue
+            if p.error.code:
+                error = error_from_code(p.error.code, f"listing offsets of {tp}: {p.error.message or p.error.code}")
+                if not error.retriable:
+                    raise error
+                if error.invalid_metadata:
+                    self.request_update()
+                last = error
+                continue
+            found[tp] = ListedOffset(p.offset, p.timestamp, p.leader_epoch)
+        return last
+
+    def submit(self, stub_method: Any, request: Any, timeout_s: float) -> Future[Any]:
+        """Start ``stub_method(request)`` on a worker thread (see :mod:`odradek.net.calls`)."""
+        return self.calls.submit(stub_method, request, timeout_s)
+
+    def close(self) -> None:
+        self.calls.shutdown()
+        self.pool.close()
+
+
+def _epoch(cluster: Cluster, tp: TopicPartition) -> int:
+    info = cluster.partition(tp)
+    return -1 if info is None else info.leader_epoch

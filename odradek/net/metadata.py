@@ -1,0 +1,111 @@
+"""The clients' view of the cluster: an immutable snapshot built from one MetadataResponse.
+
+Readers (producer threads, the sender, the consumer) take ``client.cluster`` and use it without locks;
+a refresh swaps in a new snapshot. Protobuf fields are read once here, into plain tuples.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from odradek.types import TopicPartition
+from proto import broker_pb2
+
+NO_LEADER = -1
+
+
+class PartitionInfo(NamedTuple):
+    partition: int
+    leader: int  # -1: none
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+    error: str  # "" or a Kafka error name (LEADER_NOT_AVAILABLE, ...)
+
+
+class TopicInfo(NamedTuple):
+    name: str
+    error: str  # "" or a Kafka error name (UNKNOWN_TOPIC_OR_PARTITION, ...)
+    partitions: tuple[PartitionInfo, ...]  # by partition id
+    available: tuple[int, ...]  # partitions with a live leader
+    is_internal: bool
+    topic_id: str
+
+
+class BrokerInfo(NamedTuple):
+    node_id: int
+    address: str  # host:port
+    rack: str
+
+
+class Cluster:
+    """One metadata snapshot. Immutable once built, so safe to share between threads."""
+
+    __slots__ = ("brokers", "topics", "cluster_id", "controller_id", "updated_ms", "_leaders")
+
+    def __init__(
+        self,
+        brokers: dict[int, BrokerInfo],
+        topics: dict[str, TopicInfo],
+        cluster_id: str = "",
+        controller_id: int = -1,
+        updated_ms: float = 0.0,
+    ) -> None:
+        self.brokers = brokers
+        self.topics = topics
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
+        self.updated_ms = updated_ms
+        self._leaders: dict[TopicPartition, PartitionInfo] = {
+            TopicPartition(name, p.partition): p for name, info in topics.items() for p in info.partitions
+        }
+
+    @classmethod
+    def from_response(cls, response: broker_pb2.MetadataResponse, updated_ms: float) -> Cluster:
+        brokers = {
+            b.node_id: BrokerInfo(b.node_id, f"{b.host}:{b.port}", b.rack) for b in response.brokers if not b.fenced
+        }
+        topics: dict[str, TopicInfo] = {}
+        for t in response.topics:
+            partitions = sorted(
+                (
+                    PartitionInfo(
+                        p.partition,
+                        p.leader,
+                        p.leader_epoch,
+                        tuple(p.replicas),
+                        tuple(p.isr),
+                        tuple(p.offline_replicas),
+                        p.error.code,
+                    )
+                    for p in t.partitions
+                ),
+                key=lambda p: p.partition,
+            )
+            available = tuple(p.partition for p in partitions if p.leader >= 0 and p.leader in brokers)
+            topics[t.name] = TopicInfo(t.name, t.error.code, tuple(partitions), available, t.is_internal, t.topic_id)
+        return cls(brokers, topics, response.cluster_id, response.controller_id, updated_ms)
+
+    def leader(self, tp: TopicPartition) -> int:
+        """The leader's node id, or -1 when unknown (no leader, unknown partition, leader not in the snapshot)."""
+        info = self._leaders.get(tp)
+        if info is None or info.leader not in self.brokers:
+            return NO_LEADER
+        return info.leader
+
+    def partition(self, tp: TopicPartition) -> PartitionInfo | None:
+        return self._leaders.get(tp)
+
+    def address(self, node_id: int) -> str | None:
+        broker = self.brokers.get(node_id)
+        return None if broker is None else broker.address
+
+    def partition_count(self, topic: str) -> int | None:
+        info = self.topics.get(topic)
+        if info is None or not info.partitions:
+            return None
+        return len(info.partitions)
+
+
+EMPTY_CLUSTER = Cluster({}, {})

@@ -1,0 +1,297 @@
+"""The producer's I/O thread: drains ready batches, sends one ProduceRequest per broker, completes futures.
+
+Each pass: handle finished requests, refresh metadata when due, ask the accumulator which brokers have
+sendable batches, drain them (up to ``max.in.flight.requests.per.connection`` requests per broker,
+``max.request.size`` each), send, expire batches past ``delivery.timeout.ms``, then sleep until the
+next linger or backoff deadline or until woken (a new batch, a response, a flush, close).
+
+Per-partition answers: success completes the batches' futures with their offsets; a retriable error
+(NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, a lost connection, ...) puts the batches back at the
+front of their queue after a backoff, refreshing metadata first when the error says it is stale, as
+long as ``retries`` and ``delivery.timeout.ms`` allow; anything else fails the futures with the typed
+error. With ``acks=0`` futures complete (offset -1) as soon as the request is sent, and nothing is
+retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from odradek.accumulator import ProducerBatch, RecordAccumulator
+from odradek.backoff import ExponentialBackoff
+from odradek.clock import Clock
+from odradek.config import ProducerConfig
+from odradek.errors import IllegalStateError, KafkaError, KafkaTimeoutError, NetworkError, error_from_code
+from odradek.net import ClusterClient, rpc_error
+from odradek.types import TopicPartition
+from proto import broker_pb2
+
+MAX_IDLE_MS = 1000.0
+_log = logging.getLogger("odradek.producer")
+
+
+class _Request:
+    """One ProduceRequest in flight: its broker and the batches it carries, by partition."""
+
+    __slots__ = ("node", "address", "batches")
+
+    def __init__(self, node: int, address: str, batches: dict[TopicPartition, list[ProducerBatch]]) -> None:
+        self.node = node
+        self.address = address
+        self.batches = batches
+
+
+class Sender:
+    """Runs on its own daemon thread, the only one that sends, retries and completes batches.
+
+    Thread-safety: ``wakeup``, ``initiate_close`` and ``force_close`` may be called from any thread;
+    gRPC callbacks only append to a deque and set an event; everything else runs on the sender thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: ClusterClient,
+        accumulator: RecordAccumulator,
+        config: ProducerConfig,
+        clock: Clock,
+        backoff: ExponentialBackoff,
+    ) -> None:
+        self._client = client
+        self._accumulator = accumulator
+        self._clock = clock
+        self._backoff = backoff
+        self._acks = config.acks
+        self._retries = config.retries
+        self._delivery_timeout_ms = config.delivery_timeout_ms
+        self._request_timeout_ms = config.request_timeout_ms
+        self._max_request_size = config.max_request_size
+        self._max_in_flight = config.max_in_flight_requests_per_connection
+        self._in_flight: dict[int, int] = {}
+        self._requests: set[_Request] = set()
+        self._completions: deque[tuple[_Request, Any]] = deque()
+        self._wake = threading.Event()
+        self._running = True
+        self._forced = False
+        name = f"odradek-producer-sender{'-' + config.client_id if config.client_id else ''}"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    # ----------------------------------------------------------------------------- control
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def initiate_close(self) -> None:
+        """Stop after everything queued has been sent and answered (or failed)."""
+        self._running = False
+        self._accumulator.close()
+        self._wake.set()
+
+    def force_close(self) -> None:
+        """Stop now; every unfinished record fails."""
+        self._forced = True
+        self.initiate_close()
+
+    def join(self, timeout_s: float | None) -> bool:
+        if threading.current_thread() is self._thread:
+            return False  # close() from a callback: the thread ends by itself once done
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    @property
+    def is_sender_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    # ---------------------------------------------------------------------------------- loop
+
+    def _run(self) -> None:
+        while self._running:
+            self._guarded_run_once()
+        while not self._forced and (self._accumulator.has_incomplete() or self._requests):
+            self._guarded_run_once()
+        error = IllegalStateError("the producer was closed forcefully before the record was delivered")
+        for batch in self._accumulator.abort_all():
+            self._fail(batch, error)
+        for request in list(self._requests):
+            for batches in request.batches.values():
+                for batch in batches:
+                    self._fail(batch, error)
+
+    def _guarded_run_once(self) -> None:
+        """A bug in one pass must not kill the thread and leave every future hanging: log, pause, go on."""
+        try:
+            self.run_once()
+        except Exception:
+            _log.exception("unexpected error in the producer's sender thread")
+            self._wake.wait(MAX_IDLE_MS / 1000)
+
+    def run_once(self) -> None:
+        """One pass of the loop (also driven directly by tests)."""
+        self._wake.clear()
+        now = self._clock.monotonic_ms()
+        self._handle_completions(now)
+        self._client.maybe_refresh()
+        cluster = self._client.cluster
+        check = self._accumulator.ready(cluster.leader, now)
+        if check.unknown_leaders:
+            self._client.request_update()
+        nodes = [n for n in check.nodes if self._in_flight.get(n, 0) < self._max_in_flight]
+        sent = False
+        if nodes:
+            for node, batches in self._accumulator.drain(cluster.leader, nodes, self._max_request_size, now).items():
+                self._send(node, batches, now)
+                sent = True
+        for batch in self._accumulator.expire(now):
+            self._fail(batch, self._expired_error([batch], now, batch.last_error))
+        if sent or self._completions or self._forced:
+            return
+        if not self._running and not self._requests and not self._accumulator.has_incomplete():
+            return  # closing, and nothing is left to wait for
+        wait_ms = min(check.next_check_ms, MAX_IDLE_MS)
+        if check.unknown_leaders:
+            wait_ms = min(wait_ms, self._client.metadata_due_in_ms(now))
+        if wait_ms > 0:
+            self._wake.wait(wait_ms / 1000)
+
+    # ---------------------------------------------------------------------------------- send
+
+    def _send(self, node: int, batches: Sequence[ProducerBatch], now: float) -> None:
+        by_tp: dict[TopicPartition, list[ProducerBatch]] = {}
+        by_topic: dict[str, list[broker_pb2.ProducePartitionData]] = {}
+        failed: set[TopicPartition] = set()
+        for batch in batches:
+            try:
+                batch.build()
+            except Exception as exc:  # a record the builder rejects fails its batch, not the others
+                self._fail(batch, KafkaError(f"could not build the record batch for {batch.tp}: {exc}"))
+                failed.add(batch.tp)
+                continue
+            by_tp.setdefault(batch.tp, []).append(batch)
+        for tp in failed - by_tp.keys():
+            self._accumulator.unmute(tp)
+        for tp, tp_batches in by_tp.items():
+            records = b"".join(b.data or b"" for b in tp_batches)
+            by_topic.setdefault(tp.topic, []).append(
+                broker_pb2.ProducePartitionData(partition=tp.partition, records=records)
+            )
+        if not by_tp:
+            return
+        target = self._client.stub_for(node)
+        request = _Request(node, target[1] if target else f"broker {node}", by_tp)
+        self._requests.add(request)
+        self._in_flight[node] = self._in_flight.get(node, 0) + 1
+        if target is None:
+            self._complete_request(request, NetworkError(f"broker {node} left the cluster metadata"), now)
+            return
+        message = broker_pb2.ProduceRequest(
+            acks=self._acks,
+            timeout_ms=self._request_timeout_ms,
+            topics=[broker_pb2.ProduceTopicData(name=t, partitions=p) for t, p in by_topic.items()],
+        )
+        call = self._client.submit(target[0].Produce, message, self._request_timeout_ms / 1000)
+        if self._acks == 0:
+            for tp_batches in by_tp.values():
+                for batch in tp_batches:
+                    batch.complete(-1)
+        call.add_done_callback(lambda done: self._on_done(request, done))
+
+    def _on_done(self, request: _Request, call: Any) -> None:
+        """On a gRPC thread: hand the finished call over to the sender thread."""
+        self._completions.append((request, call))
+        self._wake.set()
+
+    # ------------------------------------------------------------------------------ answers
+
+    def _handle_completions(self, now: float) -> None:
+        while self._completions:
+            request, call = self._completions.popleft()
+            try:
+                response = call.result()
+            except grpc.RpcError as exc:
+                self._complete_request(request, rpc_error(exc, "Produce", request.address), now)
+            except Exception as exc:  # cancelled by channel close, ...
+                self._complete_request(request, NetworkError(f"Produce to {request.address} failed: {exc!r}"), now)
+            else:
+                self._complete_request(request, response, now)
+
+    def _complete_request(
+        self, request: _Request, outcome: broker_pb2.ProduceResponse | KafkaError, now: float
+    ) -> None:
+        self._requests.discard(request)
+        self._in_flight[request.node] -= 1
+        if isinstance(outcome, KafkaError):
+            if outcome.invalid_metadata:
+                self._client.request_update()
+            for batches in request.batches.values():
+                self._retry_or_fail(batches, outcome, now)
+        else:
+            self._handle_response(request, outcome, now)
+        for tp in request.batches:
+            self._accumulator.unmute(tp)
+
+    def _handle_response(self, request: _Request, response: broker_pb2.ProduceResponse, now: float) -> None:
+        answered: set[TopicPartition] = set()
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, p.partition)
+                batches = request.batches.get(tp)
+                if batches is None or tp in answered:
+                    continue
+                answered.add(tp)
+                code = p.error.code
+                if not code:
+                    offset = p.base_offset
+                    for batch in batches:
+                        if self._acks != 0:
+                            batch.complete(offset, p.log_append_time_ms)
+                        self._accumulator.deallocate(batch)
+                        offset += batch.record_count
+                    continue
+                error = error_from_code(code, f"producing to {tp} failed: {p.error.message or code}")
+                if error.invalid_metadata:
+                    self._client.request_update()
+                self._retry_or_fail(batches, error, now)
+        for tp, batches in request.batches.items():
+            if tp not in answered:
+                self._retry_or_fail(batches, NetworkError(f"the answer of {request.address} lacks partition {tp}"), now)
+
+    def _retry_or_fail(self, batches: Sequence[ProducerBatch], error: KafkaError, now: float) -> None:
+        retry: list[ProducerBatch] = []
+        for batch in batches:
+            if self._acks == 0 or batch.done:
+                self._accumulator.deallocate(batch)
+                continue
+            expired = now - batch.created_ms >= self._delivery_timeout_ms
+            if error.retriable and not expired and batch.attempts < self._retries and not self._forced:
+                batch.attempts += 1
+                batch.last_error = error
+                retry.append(batch)
+            else:
+                self._fail(batch, self._expired_error([batch], now, error) if expired else error)
+        if retry:
+            attempts = max(b.attempts for b in retry)
+            self._accumulator.reenqueue(retry, now + self._backoff.backoff_ms(attempts - 1))
+
+    def _expired_error(
+        self, batches: Sequence[ProducerBatch], now: float, last: BaseException | None
+    ) -> KafkaTimeoutError:
+        batch = batches[0]
+        count = sum(b.record_count for b in batches)
+        cause = f"; last error: {last}" if last is not None else ""
+        return KafkaTimeoutError(
+            f"expiring {count} record(s) for {batch.tp}: {now - batch.created_ms:.0f} ms has passed since batch "
+            f"creation (delivery.timeout.ms is {self._delivery_timeout_ms}){cause}"
+        )
+
+    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        batch.fail(error)
+        self._accumulator.deallocate(batch)

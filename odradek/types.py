@@ -1,0 +1,148 @@
+"""The value types of the client API: immutable, hashable, cheap (NamedTuples on the hot paths)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+Header = tuple[str, bytes | None]
+
+TIMESTAMP_TYPE_NONE = -1
+TIMESTAMP_TYPE_CREATE_TIME = 0
+TIMESTAMP_TYPE_LOG_APPEND_TIME = 1
+
+
+class TopicPartition(NamedTuple):
+    """A partition of a topic. Hashable, and ordered by topic then partition."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class RecordMetadata(NamedTuple):
+    """Where a produced record landed. ``offset`` is -1 with ``acks=0`` (the broker does not answer)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+class ConsumerRecord(NamedTuple):
+    """One record returned by :meth:`odradek.Consumer.poll`.
+
+    ``timestamp_type`` is 0 for CreateTime (the producer's clock) and 1 for LogAppendTime (the broker's).
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+    timestamp_type: int = TIMESTAMP_TYPE_CREATE_TIME
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+class OffsetAndTimestamp(NamedTuple):
+    """The answer of ``offsets_for_times``: the first offset whose timestamp is at or after the one asked."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create. -1 for ``num_partitions`` or ``replication_factor`` means the cluster default."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    config: Mapping[str, str] = field(default_factory=dict)
+    replica_assignment: Mapping[int, list[int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    partition: int
+    leader: int  # -1: no leader
+    replicas: list[int]
+    isr: list[int]
+    leader_epoch: int
+    offline_replicas: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    partitions: list[PartitionDescription]
+    topic_id: str = ""
+    is_internal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDescription:
+    """A controller: its node id and the address of its Controller gRPC service."""
+
+    node_id: int
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerDescription:
+    node_id: int
+    address: str
+    fenced: bool
+    rack: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    """``controller_id`` is the active controller's node id (-1 when none is known)."""
+
+    cluster_id: str
+    controller_id: int
+    controllers: list[NodeDescription]
+    brokers: list[BrokerDescription]
+
+
+class ConfigResource(NamedTuple):
+    """What a config belongs to: ``resource_type`` is "topic" or "broker" (or "cluster" for alter_configs)."""
+
+    resource_type: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One config value as the broker describes it; ``source`` is Kafka's (DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG...)."""
+
+    name: str
+    value: str | None
+    source: str = ""
+    is_default: bool = False
+    read_only: bool = False
+    sensitive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TopicResult:
+    """What the controller answered for one topic of create_topics / delete_topics / create_partitions."""
+
+    name: str
+    topic_id: str = ""
+    num_partitions: int = -1
+    replication_factor: int = -1
