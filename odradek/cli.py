@@ -13,7 +13,7 @@ from typing import Any
 
 from odradek import __version__
 from odradek.dump_log import add_dump_log_parser
-from odradek.errors import CliError
+from odradek.errors import CliError, OdradekError
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -22,9 +22,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="odradek", description="Odradek, a replicated commit log.")
     parser.add_argument("--version", action="version", version=f"odradek {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_client_parsers(commands)
     add_dump_log_parser(commands)
     _add_server_parsers(commands)
     return parser
+
+
+def _add_client_parsers(commands: Any) -> None:
+    """The user-facing commands; their modules import the client library only when a handler runs."""
+    from odradek.cli_cluster import add_cluster_parser
+    from odradek.cli_consume import add_consume_parser
+    from odradek.cli_produce import add_produce_parser
+    from odradek.cli_topics import add_topics_parser
+    from odradek.launcher.up import add_up_parser
+    from odradek.perf.cli import add_perf_parser
+
+    add_up_parser(commands)
+    add_cluster_parser(commands)
+    add_topics_parser(commands)
+    add_produce_parser(commands)
+    add_consume_parser(commands)
+    add_perf_parser(commands)
 
 
 def _add_server_parsers(commands: Any) -> None:
@@ -49,6 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"odradek: {exc}", file=sys.stderr)
         return exc.status
+    except OdradekError as exc:  # a client error the command did not word itself: Kafka's name ends the sentence
+        from odradek.cli_support import error_sentence
+
+        print(f"odradek: {error_sentence(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -1,0 +1,89 @@
+"""What the client commands (``cluster``, ``topics``, ``produce``, ``consume``, ``perf``) share: the
+``--bootstrap-servers`` option, ``KEY=VALUE`` lists, and turning client errors into one sentence.
+
+Imports nothing heavy: the client library is imported by the command handlers when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from odradek.bootstrap import ENV_VAR, resolve_bootstrap_servers
+from odradek.errors import CliError, ConfigError, KafkaError, KafkaTimeoutError, NetworkError, OdradekError
+
+if TYPE_CHECKING:
+    from odradek import Admin
+    from odradek.types import TopicPartition
+
+
+def add_bootstrap_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT[,...]",
+        help=f"brokers to connect to (default: ${ENV_VAR}, else the address 'odradek up' wrote last)",
+    )
+
+
+def bootstrap_servers(args: argparse.Namespace) -> str:
+    return resolve_bootstrap_servers(getattr(args, "bootstrap_servers", None))
+
+
+def parse_key_values(items: Sequence[str] | None, option: str) -> dict[str, str]:
+    """``["k=v", ...]`` as a dict (later items win); :class:`CliError` for an item without ``=``."""
+    result: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"{option} expects KEY=VALUE, got {item!r}")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def error_sentence(exc: OdradekError) -> str:
+    """One sentence for a client error: Kafka errors end with their code, e.g.
+    ``topic 'x' already exists (TOPIC_ALREADY_EXISTS)``."""
+    text = str(exc).strip().rstrip(".") or type(exc).__name__
+    if isinstance(exc, KafkaError) and exc.code and exc.code not in text:
+        text = f"{text} ({exc.code})"
+    return text
+
+
+@contextlib.contextmanager
+def reaching(servers: str) -> Iterator[None]:
+    """Name the bootstrap servers in connection failures and timeouts raised inside the block."""
+    try:
+        yield
+    except (NetworkError, KafkaTimeoutError) as exc:
+        raise CliError(f"cannot get an answer from the cluster at {servers}: {error_sentence(exc)}") from None
+    except KafkaError as exc:
+        raise CliError(error_sentence(exc)) from None
+
+
+ADMIN_TIMEOUT_MS = 30000  # a command against a cluster that does not answer gives up after this
+
+
+def open_admin(servers: str) -> Admin:
+    """An :class:`odradek.Admin` on ``servers`` (close it); a bad config is a :class:`CliError`."""
+    from odradek import Admin
+
+    try:
+        return Admin({"bootstrap.servers": servers, "default.api.timeout.ms": ADMIN_TIMEOUT_MS})
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+
+
+def topic_partitions(servers: str, topic: str) -> list[TopicPartition]:
+    """Every partition of ``topic``, from Admin.describe_topics (:class:`CliError` when it has none)."""
+    from odradek import TopicPartition
+
+    admin = open_admin(servers)
+    try:
+        description = admin.describe_topics([topic])[topic]
+    finally:
+        admin.close()
+    if not description.partitions:
+        raise CliError(f"topic {topic!r} has no partitions")
+    return [TopicPartition(topic, p.partition) for p in sorted(description.partitions, key=lambda p: p.partition)]

@@ -1,0 +1,216 @@
+"""The layout of a local cluster (node ids, ports, directories) and its ``cluster.json``: pure functions.
+
+Port plan from ``--base-port B`` (default 9092), every address on 127.0.0.1::
+
+    broker i                    B + i          (9092, 9093, ...: the bootstrap servers)
+    controller i, gRPC          B + 100 + i    (9192, 9193, ...)
+    controller i, Raft          B + 200 + i    (9292, 9293, ...)
+
+Node ids count from 0 for controllers and brokers alike (they are separate id spaces). Under the data
+dir ``D``: ``D/controller-<id>/`` and ``D/broker-<id>/`` (each node's data dir), ``D/logs/<name>.log``,
+``D/cluster.secret`` and ``D/cluster.json``. A data dir that already holds a ``cluster.json`` is
+restarted with the layout that file records (same node ids, ports and directories).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from odradek.errors import CliError
+
+HOST = "127.0.0.1"
+DEFAULT_BASE_PORT = 9092
+CONTROLLER_PORT_OFFSET = 100
+RAFT_PORT_OFFSET = 200
+MAX_NODES = 100  # per role: the port ranges above must not overlap
+CLUSTER_JSON = "cluster.json"
+SECRET_FILE = "cluster.secret"
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    """One process of the cluster. ``raft_listen`` is empty for a broker."""
+
+    role: str  # "controller" or "broker"
+    node_id: int
+    listen: str
+    data_dir: str
+    raft_listen: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.node_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPlan:
+    root: str
+    controllers: tuple[NodePlan, ...]
+    brokers: tuple[NodePlan, ...]
+
+    @property
+    def nodes(self) -> tuple[NodePlan, ...]:
+        return self.controllers + self.brokers
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(b.listen for b in self.brokers)
+
+    @property
+    def quorum(self) -> str:
+        """``--quorum``: every controller's Raft address."""
+        return ",".join(f"{c.node_id}@{c.raft_listen}" for c in self.controllers)
+
+    @property
+    def controller_addresses(self) -> str:
+        """``--controller-addresses``: every controller's gRPC address, with its id."""
+        return ",".join(f"{c.node_id}@{c.listen}" for c in self.controllers)
+
+    @property
+    def controller_listeners(self) -> str:
+        """A broker's ``--controllers``: every controller's gRPC address."""
+        return ",".join(c.listen for c in self.controllers)
+
+    def ports(self) -> list[tuple[int, str]]:
+        """Every port the cluster binds, with what binds it (for "port in use" messages)."""
+        found: list[tuple[int, str]] = []
+        for node in self.nodes:
+            found.append((port_of(node.listen), f"{node.role} {node.node_id}"))
+            if node.raft_listen:
+                found.append((port_of(node.raft_listen), f"controller {node.node_id} (Raft)"))
+        return found
+
+    def log_path(self, node: NodePlan) -> Path:
+        return Path(self.root) / "logs" / f"{node.name}.log"
+
+
+def port_of(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
+def plan_cluster(root: str, controllers: int, brokers: int, base_port: int) -> ClusterPlan:
+    """A fresh layout: ``controllers`` and ``brokers`` nodes on ports planned from ``base_port``."""
+    for count, what in ((controllers, "--controllers"), (brokers, "--brokers")):
+        if not 1 <= count <= MAX_NODES:
+            raise CliError(f"{what} must be between 1 and {MAX_NODES}, got {count}")
+    highest = base_port + RAFT_PORT_OFFSET + controllers - 1
+    if base_port < 1 or highest > 65535:
+        raise CliError(
+            f"--base-port {base_port} does not fit: the cluster uses ports {base_port}..{highest} "
+            f"(brokers from {base_port}, controllers from {base_port + CONTROLLER_PORT_OFFSET}, "
+            f"Raft from {base_port + RAFT_PORT_OFFSET})"
+        )
+    root = os.path.abspath(root)
+    return ClusterPlan(
+        root=root,
+        controllers=tuple(
+            NodePlan(
+                "controller",
+                i,
+                f"{HOST}:{base_port + CONTROLLER_PORT_OFFSET + i}",
+                os.path.join(root, f"controller-{i}"),
+                raft_listen=f"{HOST}:{base_port + RAFT_PORT_OFFSET + i}",
+            )
+            for i in range(controllers)
+        ),  # fmt: skip
+        brokers=tuple(
+            NodePlan("broker", i, f"{HOST}:{base_port + i}", os.path.join(root, f"broker-{i}")) for i in range(brokers)
+        ),
+    )
+
+
+def cluster_document(plan: ClusterPlan, pids: Mapping[str, int]) -> dict[str, Any]:
+    """``cluster.json`` as INTERFACE.md defines it; ``pids`` maps node names (``broker-0``) to process ids."""
+    return {
+        "bootstrap_servers": plan.bootstrap_servers,
+        "controllers": [
+            {
+                "node_id": c.node_id,
+                "pid": pids.get(c.name),
+                "listen": c.listen,
+                "raft_listen": c.raft_listen,
+                "data_dir": c.data_dir,
+            }
+            for c in plan.controllers
+        ],  # fmt: skip
+        "brokers": [
+            {"node_id": b.node_id, "pid": pids.get(b.name), "listen": b.listen, "data_dir": b.data_dir}
+            for b in plan.brokers
+        ],
+    }
+
+
+def write_cluster_json(plan: ClusterPlan, pids: Mapping[str, int]) -> Path:
+    """Write ``<root>/cluster.json`` atomically (a reader never sees half a file)."""
+    path = Path(plan.root) / CLUSTER_JSON
+    tmp = path.with_name(f".{CLUSTER_JSON}.tmp")
+    tmp.write_text(json.dumps(cluster_document(plan, pids), indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_cluster_json(root: str) -> dict[str, Any] | None:
+    """``<root>/cluster.json``, or None when there is none; :class:`CliError` when it does not parse."""
+    path = Path(root) / CLUSTER_JSON
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise CliError(f"{path} is not valid JSON ({exc}); move it away to start a new cluster there") from None
+    if not isinstance(doc, dict):
+        raise CliError(f"{path} does not hold a JSON object; move it away to start a new cluster there")
+    return doc
+
+
+def plan_from_document(root: str, doc: Mapping[str, Any]) -> ClusterPlan:
+    """The layout a ``cluster.json`` records (for a restart); :class:`CliError` when it is incomplete."""
+    path = os.path.join(os.path.abspath(root), CLUSTER_JSON)
+    try:
+        controllers = tuple(_node("controller", entry) for entry in _entries(doc, "controllers"))
+        brokers = tuple(_node("broker", entry) for entry in _entries(doc, "brokers"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CliError(f"{path} does not describe a cluster ({exc}); move it away to start a new one") from None
+    if not controllers or not brokers:
+        raise CliError(f"{path} lists no controller or no broker; move it away to start a new cluster there")
+    return ClusterPlan(os.path.abspath(root), controllers, brokers)
+
+
+def _entries(doc: Mapping[str, Any], key: str) -> Sequence[Mapping[str, Any]]:
+    entries = doc[key]
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise TypeError(f"{key!r} is not a list of objects")
+    return entries
+
+
+def _node(role: str, entry: Mapping[str, Any]) -> NodePlan:
+    node_id = entry["node_id"]
+    if type(node_id) is not int or node_id < 0:
+        raise ValueError(f"bad node_id {node_id!r}")
+    listen = _address(entry["listen"])
+    raft = _address(entry["raft_listen"]) if role == "controller" else ""
+    data_dir = entry["data_dir"]
+    if not isinstance(data_dir, str) or not data_dir:
+        raise ValueError(f"bad data_dir {data_dir!r}")
+    return NodePlan(role, node_id, listen, data_dir, raft_listen=raft)
+
+
+def _address(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"bad address {value!r}")
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bad address {value!r}")
+    return value
+
+
+def layout_counts(plan: ClusterPlan) -> tuple[int, int, int]:
+    """``(controllers, brokers, base_port)`` of a layout (base port: the first broker's)."""
+    return len(plan.controllers), len(plan.brokers), min(port_of(b.listen) for b in plan.brokers)

@@ -1,0 +1,360 @@
+"""``odradek up``: a local cluster of controllers and brokers as child processes on 127.0.0.1.
+
+    odradek up [--controllers 3] [--brokers 3] [--data-dir ./odradek-data] [--base-port 9092]
+
+Starts the children (``plan`` has the port plan and the directory layout), waits until the cluster
+answers (an active controller, every broker registered and unfenced; bounded by ``--start-timeout``,
+with progress lines on stderr), prints the bootstrap servers and a short status on stdout, writes
+``DIR/cluster.json`` and records the address for the client commands (``odradek.bootstrap``). Then it
+watches: a child that exits is reported on stderr. Ctrl-C, SIGTERM or SIGHUP stop every child (brokers
+first, then controllers; SIGTERM, bounded wait, SIGKILL; a second signal during the stop kills them at
+once) and ``up`` exits 0; it exits 1 when the cluster cannot start or when every child has exited. When
+``up`` itself is killed, its children get SIGTERM from the kernel (``children``: PR_SET_PDEATHSIG).
+
+Re-running ``up`` on the same DIR restarts the same cluster with its data: same node ids, ports, data
+dirs and cluster secret (``DIR/cluster.secret``, mode 0600, made on the first run). One ``up`` at a time
+per DIR (``DIR/.up.lock``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import os
+import secrets
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+from odradek.bootstrap import ENV_VAR, record_last_up
+from odradek.errors import CliError, OdradekError
+from odradek.launcher.children import Child, exit_description, pid_alive, ports_in_use, stop_all
+from odradek.launcher.plan import (
+    DEFAULT_BASE_PORT,
+    SECRET_FILE,
+    ClusterPlan,
+    NodePlan,
+    layout_counts,
+    plan_cluster,
+    plan_from_document,
+    read_cluster_json,
+    write_cluster_json,
+)
+
+DEFAULT_DATA_DIR = "odradek-data"
+DEFAULT_COUNT = 3
+PROGRESS_INTERVAL_S = 3.0
+BROKER_STOP_TIMEOUT_S = 30.0
+CONTROLLER_STOP_TIMEOUT_S = 15.0
+READY_MARKERS = {"controller": "listening on", "broker": "ready on"}
+
+
+def add_up_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "up",
+        help="start a local cluster (controllers and brokers) on 127.0.0.1",
+        description="Start a local cluster as child processes on 127.0.0.1, wait until it is ready, print the "
+        "bootstrap servers, write DIR/cluster.json, and stop every child on Ctrl-C or SIGTERM. Re-running it on "
+        "the same DIR restarts the same cluster with its data. Ports: brokers from --base-port, controllers "
+        "from --base-port + 100, their Raft ports from --base-port + 200.",
+    )
+    parser.add_argument("--controllers", type=int, metavar="N", help=f"controller nodes (default {DEFAULT_COUNT})")
+    parser.add_argument("--brokers", type=int, metavar="N", help=f"brokers (default {DEFAULT_COUNT})")
+    parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR",
+                        help=f"where the nodes keep their data and logs (default ./{DEFAULT_DATA_DIR})")  # fmt: skip
+    parser.add_argument("--base-port", type=int, metavar="PORT",
+                        help=f"first broker port (default {DEFAULT_BASE_PORT})")  # fmt: skip
+    parser.add_argument("--start-timeout", type=float, default=120.0, metavar="SECONDS",
+                        help="how long to wait for the cluster to be ready (default 120)")  # fmt: skip
+    parser.add_argument("--broker-config", action="append", metavar="KEY=VALUE", help="for every broker (repeatable)")
+    parser.add_argument("--controller-config", action="append", metavar="KEY=VALUE",
+                        help="for every controller (repeatable)")  # fmt: skip
+    parser.set_defaults(handler=run)
+
+
+# ------------------------------------------------------------------------------------------ planning
+
+
+def choose_plan(args: argparse.Namespace, root: str) -> tuple[ClusterPlan, bool]:
+    """The layout to start and whether it is a restart (``DIR/cluster.json`` exists)."""
+    doc = read_cluster_json(root)
+    if doc is None:
+        plan = plan_cluster(root, _or(args.controllers, DEFAULT_COUNT), _or(args.brokers, DEFAULT_COUNT),
+                            _or(args.base_port, DEFAULT_BASE_PORT))  # fmt: skip
+        return plan, False
+    plan = plan_from_document(root, doc)
+    controllers, brokers, base_port = layout_counts(plan)
+    for given, recorded, option in (
+        (args.controllers, controllers, "--controllers"),
+        (args.brokers, brokers, "--brokers"),
+        (args.base_port, base_port, "--base-port"),
+    ):
+        if given is not None and given != recorded:
+            raise CliError(
+                f"{root} holds a cluster of {controllers} controllers and {brokers} brokers from port {base_port} "
+                f"(see its cluster.json), which {option} {given} contradicts; drop the option to restart that "
+                "cluster, or use another --data-dir"
+            )
+    return plan, True
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def check_ports(plan: ClusterPlan, doc_pids: list[int]) -> None:
+    busy = ports_in_use(plan.ports())
+    if not busy:
+        return
+    listing = ", ".join(f"{port} ({what})" for port, what in busy[:4]) + (" ..." if len(busy) > 4 else "")
+    alive = [pid for pid in doc_pids if pid_alive(pid)]
+    hint = (
+        f"processes {alive} recorded in {plan.root}/cluster.json are still running"
+        if alive
+        else "stop what listens there or choose another --base-port"
+    )
+    raise CliError(f"port{'s' if len(busy) > 1 else ''} already in use: {listing}; {hint}")
+
+
+def recorded_pids(root: str) -> list[int]:
+    """The pids a ``cluster.json`` records (of a run that may have left processes behind)."""
+    with contextlib.suppress(CliError):
+        doc = read_cluster_json(root) or {}
+        entries = [e for key in ("controllers", "brokers") for e in doc.get(key, []) if isinstance(e, dict)]
+        return [e["pid"] for e in entries if type(e.get("pid")) is int]
+    return []
+
+
+def ensure_secret(root: str) -> Path:
+    """``DIR/cluster.secret`` (mode 0600), created with a random secret when missing."""
+    path = Path(root) / SECRET_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if path.stat().st_mode & 0o077:
+            os.chmod(path, 0o600)
+        return path
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(32) + "\n")
+    return path
+
+
+@contextlib.contextmanager
+def locked(root: str) -> Iterator[None]:
+    """Hold ``DIR/.up.lock``: one ``up`` per data dir."""
+    lock: IO[str] = open(os.path.join(root, ".up.lock"), "a+")  # noqa: SIM115
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CliError(f"another 'odradek up' is running on {root}") from None
+        yield
+    finally:
+        lock.close()
+
+
+# ------------------------------------------------------------------------------------------ children
+
+
+def child_argv(plan: ClusterPlan, node: NodePlan, secret: Path, config: list[str]) -> list[str]:
+    argv = [sys.executable, "-m", "odradek.cli", node.role, "--node-id", str(node.node_id), "--listen", node.listen]
+    if node.role == "controller":
+        argv += ["--raft-listen", node.raft_listen, "--quorum", plan.quorum, "--controller-addresses",
+                 plan.controller_addresses, "--cluster-secret-file", str(secret)]  # fmt: skip
+    else:
+        argv += ["--controllers", plan.controller_listeners]
+    argv += ["--data-dir", node.data_dir]
+    for item in config:
+        argv += ["--config", item]
+    return argv
+
+
+def make_children(plan: ClusterPlan, secret: Path, args: argparse.Namespace) -> tuple[list[Child], list[Child]]:
+    env = {k: v for k, v in os.environ.items() if k != "ODRADEK_CLUSTER_SECRET"}
+    env["PYTHONUNBUFFERED"] = "1"
+    broker_env = {**env, "MALLOC_MMAP_THRESHOLD_": "67108864"}  # measured: doubles 1 MiB RPC throughput
+    controllers = [
+        Child(c.name, c.role, child_argv(plan, c, secret, args.controller_config or []), env, plan.log_path(c))
+        for c in plan.controllers
+    ]
+    brokers = [
+        Child(b.name, b.role, child_argv(plan, b, secret, args.broker_config or []), broker_env, plan.log_path(b))
+        for b in plan.brokers
+    ]
+    return controllers, brokers
+
+
+class Up:
+    """One run of ``odradek up``: its children, the stop flag its signal handlers set, and its waits."""
+
+    def __init__(self, plan: ClusterPlan, controllers: list[Child], brokers: list[Child], timeout_s: float) -> None:
+        self.plan = plan
+        self.controllers = controllers
+        self.brokers = brokers
+        self.children = controllers + brokers
+        self.timeout_s = timeout_s
+        # Set by the signal handlers: a plain flag, as an Event's lock could deadlock a handler that
+        # interrupts the main thread inside Event.wait.
+        self.stop_requested = False
+        self.stopping = False
+        self.started = time.monotonic()
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        """The first signal asks for an orderly stop; another one during the stop kills every child."""
+        if self.stopping:
+            for child in self.children:
+                child.signal(signal.SIGKILL)
+        self.stop_requested = True
+
+    def start(self) -> None:
+        for child in self.children:
+            child.start()
+
+    def dead_child(self) -> Child | None:
+        for child in self.children:
+            if not child.alive():
+                return child
+        return None
+
+    def fail_with(self, child: Child) -> CliError:
+        status = exit_description(child.returncode or 0)
+        tail = child.tail()
+        shown = f"; its last output:\n{tail}" if tail else ""
+        return CliError(f"{child.name} {status} while the cluster was starting (log: {child.log_path}){shown}")
+
+    def wait_ready(self) -> int:
+        """Wait until every child printed its ready line, then until the cluster answers as a whole;
+        returns the active controller's id. :class:`CliError` when a child exits or the time runs out."""
+        deadline = self.started + self.timeout_s
+        next_progress = time.monotonic() + PROGRESS_INTERVAL_S
+        ready: list[Child] = []
+        while True:
+            ready += [c for c in self.children if c not in ready and READY_MARKERS[c.role] in c.output()]
+            if len(ready) == len(self.children):
+                break
+            self._check_waiting(deadline, "every node to start")
+            if time.monotonic() >= next_progress:
+                next_progress += PROGRESS_INTERVAL_S
+                self.progress(ready)
+            time.sleep(0.1)
+        return self.wait_answers(deadline)
+
+    def _check_waiting(self, deadline: float, what: str) -> None:
+        dead = self.dead_child()
+        if dead is not None:
+            raise self.fail_with(dead)
+        if self.stop_requested:
+            raise CliError("interrupted while the cluster was starting", status=130)
+        if time.monotonic() >= deadline:
+            raise CliError(
+                f"the cluster did not become ready within {self.timeout_s:.0f} s (waiting for {what}); "
+                f"see the logs in {self.plan.root}/logs/"
+            )
+
+    def progress(self, ready: list[Child]) -> None:
+        up_c = sum(1 for c in ready if c in self.controllers)
+        up_b = sum(1 for c in ready if c in self.brokers)
+        print(
+            f"odradek up: waiting for the cluster ({time.monotonic() - self.started:.0f} s): controllers "
+            f"{up_c}/{len(self.controllers)} listening, brokers {up_b}/{len(self.brokers)} ready",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def wait_answers(self, deadline: float) -> int:
+        """Ask the cluster (Admin.describe_cluster) until an active controller and every broker unfenced."""
+        from odradek import Admin
+
+        expected = {b.node_id for b in self.plan.brokers}
+        admin = Admin({"bootstrap.servers": self.plan.bootstrap_servers, "request.timeout.ms": 2000,
+                       "default.api.timeout.ms": 3000})  # fmt: skip
+        try:
+            while True:
+                with contextlib.suppress(OdradekError):  # not answering yet: ask again until the deadline
+                    cluster = admin.describe_cluster()
+                    unfenced = {b.node_id for b in cluster.brokers if not b.fenced}
+                    if cluster.controller_id >= 0 and expected <= unfenced:
+                        return int(cluster.controller_id)
+                self._check_waiting(deadline, "an active controller and every broker unfenced")
+                time.sleep(0.2)
+        finally:
+            admin.close()
+
+    def status_lines(self, active: int) -> list[str]:
+        took = time.monotonic() - self.started
+        lines = [
+            f"Odradek cluster ready in {took:.1f} s: {len(self.controllers)} controllers, {len(self.brokers)} brokers, "
+            f"data in {self.plan.root}",
+            f"Bootstrap servers: {self.plan.bootstrap_servers}",
+        ]
+        for node, child in zip(self.plan.nodes, self.children, strict=True):
+            role = ("  active" if node.node_id == active else "") if node.role == "controller" else ""
+            raft = f"  raft {node.raft_listen}" if node.raft_listen else ""
+            lines.append(f"  {node.name:<14} {node.listen}{raft}  pid {child.pid}{role}")
+        lines += [
+            f"Logs in {self.plan.root}/logs/, layout in {self.plan.root}/cluster.json.",
+            f"Client commands find this cluster by themselves (or: export {ENV_VAR}={self.plan.bootstrap_servers}).",
+            "Press Ctrl-C to stop the cluster.",
+        ]
+        return lines
+
+    def watch(self) -> int:
+        """Until a stop is requested: report children that exit. 1 when every child has exited."""
+        while not self.stop_requested:
+            time.sleep(0.2)
+            for child in self.children:
+                if not child.alive() and not child.reported:
+                    child.reported = True
+                    print(f"odradek up: {child.name} {exit_description(child.returncode or 0)} (log: "
+                          f"{child.log_path})", file=sys.stderr, flush=True)  # fmt: skip
+            if all(c.reported for c in self.children):
+                print("odradek up: every node has exited; stopping", file=sys.stderr, flush=True)
+                return 1
+        return 0
+
+    def stop(self) -> None:
+        self.stopping = True
+        if any(c.alive() for c in self.children):
+            print("odradek up: stopping the cluster (signal again to kill it) ...", file=sys.stderr, flush=True)
+        killed = stop_all(self.brokers, BROKER_STOP_TIMEOUT_S) + stop_all(self.controllers, CONTROLLER_STOP_TIMEOUT_S)
+        for child in killed:
+            print(f"odradek up: {child.name} did not stop in time and was killed", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    root = os.path.abspath(args.data_dir)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"cannot create the data dir {root}: {exc.strerror}") from None
+    with locked(root):
+        plan, restart = choose_plan(args, root)
+        check_ports(plan, recorded_pids(root) if restart else [])
+        controllers, brokers = make_children(plan, ensure_secret(root), args)
+        up = Up(plan, controllers, brokers, args.start_timeout)
+        return _run_cluster(up, restart)
+
+
+def _run_cluster(up: Up, restart: bool) -> int:
+    what = "restarting the cluster in" if restart else "starting a new cluster in"
+    print(f"odradek up: {what} {up.plan.root} ({len(up.controllers)} controllers, {len(up.brokers)} brokers)",
+          file=sys.stderr, flush=True)  # fmt: skip
+    previous = {s: signal.signal(s, up.on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        up.start()
+        active = up.wait_ready()
+        write_cluster_json(up.plan, {c.name: c.pid for c in up.children})
+        record_last_up(up.plan.bootstrap_servers, up.plan.root)
+        print("\n".join(up.status_lines(active)), flush=True)
+        status = up.watch()
+    finally:
+        up.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    print("odradek up: stopped", file=sys.stderr, flush=True)
+    return status

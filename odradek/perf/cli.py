@@ -1,0 +1,238 @@
+"""``odradek perf produce|consume|e2e``: the command line of the perf tools.
+
+Progress lines go to stderr every ~5 s; the Kafka-style summary line goes to stdout, followed, with
+``--json``, by one JSON object as the last stdout line. The exit status is 1 when records failed, were
+lost, or did not arrive in time (the summary and the JSON are printed all the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from odradek.cli_support import (
+    add_bootstrap_option,
+    bootstrap_servers,
+    error_sentence,
+    parse_key_values,
+    reaching,
+    topic_partitions,
+)
+from odradek.errors import CliError, ConfigError, OdradekError
+from odradek.perf.consume import E2EConsumer, SendErrors, consume, e2e_produce, new_run_id
+from odradek.perf.produce import ProduceRun, produce, producer_config
+from odradek.perf.stats import Recorder, latency_summary, result_document, summary_line
+
+COMPRESSIONS = ("none", "gzip", "lz4", "zstd")
+ACKS = ("0", "1", "all", "-1")
+
+
+def add_perf_parser(commands: Any) -> None:
+    perf = commands.add_parser("perf", help="measure throughput and latency",
+                               description="Producer, consumer and end-to-end performance tests.")  # fmt: skip
+    tools = perf.add_subparsers(dest="tool", metavar="TOOL", required=True)
+
+    p = tools.add_parser("produce", help="producer throughput and latency (kafka-producer-perf-test)",
+                         description="Send --num-records records of --record-size bytes, throttled to "
+                         "--throughput records/s when given.")  # fmt: skip
+    p.add_argument("--topic", required=True)
+    p.add_argument("--num-records", type=int, required=True, metavar="N")
+    p.add_argument("--record-size", type=int, required=True, metavar="B")
+    p.add_argument("--throughput", type=float, default=-1, metavar="R", help="records/s, -1: unthrottled (default)")
+    p.add_argument("--acks", choices=ACKS, help="default: the producer's (all)")
+    p.add_argument("--batch-size", type=int, metavar="B", help="batch.size")
+    p.add_argument("--linger-ms", type=int, metavar="L", help="linger.ms")
+    p.add_argument("--compression", choices=COMPRESSIONS, help="compression.type")
+    p.add_argument("--producer-config", action="append", metavar="KEY=VALUE", help="any producer config (wins)")
+    p.set_defaults(handler=run_produce)
+
+    c = tools.add_parser("consume", help="consumer throughput (kafka-consumer-perf-test)",
+                         description="Read --num-records records of --topic from its earliest offsets.")  # fmt: skip
+    c.add_argument("--topic", required=True)
+    c.add_argument("--num-records", type=int, required=True, metavar="N")
+    c.add_argument("--timeout-ms", type=int, default=10000, metavar="T", help="give up after T ms without a record")
+    c.add_argument("--consumer-config", action="append", metavar="KEY=VALUE", help="any consumer config")
+    c.set_defaults(handler=run_consume)
+
+    e = tools.add_parser("e2e", help="end-to-end latency, producer to consumer (EndToEndLatency)",
+                         description="Produce at --rate records/s and time each record until a consumer "
+                         "polls it.")  # fmt: skip
+    e.add_argument("--topic", required=True)
+    e.add_argument("--num-records", type=int, required=True, metavar="N")
+    e.add_argument("--rate", type=float, default=1000, metavar="R", help="records/s (default 1000), -1: unthrottled")
+    e.add_argument("--acks", choices=ACKS, default="all", help="default all")
+    e.add_argument("--record-size", type=int, default=100, metavar="B", help="default 100 (at least 24 are used)")
+    e.add_argument("--timeout-ms", type=int, default=10000, metavar="T", help="give up after T ms without a record")
+    e.add_argument("--producer-config", action="append", metavar="KEY=VALUE", help="any producer config")
+    e.add_argument("--consumer-config", action="append", metavar="KEY=VALUE", help="any consumer config")
+    e.set_defaults(handler=run_e2e)
+
+    for sub in (p, c, e):
+        sub.add_argument("--json", action="store_true", help="print a JSON object as the last stdout line")
+        add_bootstrap_option(sub)
+
+
+def _positive(value: int, option: str) -> None:
+    if value <= 0:
+        raise CliError(f"{option} must be at least 1, got {value}")
+
+
+def _client(kind: str, config: dict[str, object]) -> Any:
+    import odradek
+
+    try:
+        return getattr(odradek, kind)(config)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _finish(args: argparse.Namespace, line: str, doc: dict[str, Any], problems: list[str]) -> int:
+    print(line, flush=True)
+    for problem in problems:
+        print(f"odradek perf: {problem}", file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps(doc), flush=True)
+    return 1 if problems else 0
+
+
+def _reason(error: BaseException | None) -> str:
+    if isinstance(error, OdradekError):
+        return error_sentence(error)
+    return str(error) or type(error).__name__
+
+
+# -------------------------------------------------------------------------------------------- produce
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    _positive(args.num_records, "--num-records")
+    if args.record_size < 0:
+        raise CliError(f"--record-size must not be negative, got {args.record_size}")
+    servers = bootstrap_servers(args)
+    options = {"acks": args.acks, "batch.size": args.batch_size, "linger.ms": args.linger_ms,
+               "compression.type": args.compression}  # fmt: skip
+    config = producer_config(servers, options, parse_key_values(args.producer_config, "--producer-config"))
+    recorder = Recorder("sent")
+    with reaching(servers):
+        topic_partitions(servers, args.topic)  # a clear error for a missing topic, before any timing
+        producer = _client("Producer", config)
+        try:
+            seconds = produce(producer, ProduceRun(args.topic, args.num_records, args.record_size, args.throughput),
+                              recorder)  # fmt: skip
+        finally:
+            producer.close()
+    latency = latency_summary(recorder.latencies_ms)
+    nbytes = recorder.records * args.record_size
+    problems = []
+    if recorder.errors:
+        problems.append(f"{recorder.errors} of {args.num_records} records failed: {_reason(recorder.first_error)}")
+    doc = result_document(recorder.records, nbytes, seconds, latency, record_size=args.record_size,
+                          errors=recorder.errors)  # fmt: skip
+    return _finish(args, summary_line("sent", recorder.records, nbytes, seconds, latency), doc, problems)
+
+
+# -------------------------------------------------------------------------------------------- consume
+
+
+def consumer_config(servers: str, offset_reset: str, overrides: dict[str, str]) -> dict[str, object]:
+    config: dict[str, object] = {"bootstrap.servers": servers, "auto.offset.reset": offset_reset,
+                                 "enable.auto.commit": False}  # fmt: skip
+    config.update(overrides)
+    return config
+
+
+def run_consume(args: argparse.Namespace) -> int:
+    _positive(args.num_records, "--num-records")
+    servers = bootstrap_servers(args)
+    config = consumer_config(servers, "earliest", parse_key_values(args.consumer_config, "--consumer-config"))
+    recorder = Recorder("received", keep_latencies=False)
+    with reaching(servers):
+        partitions = topic_partitions(servers, args.topic)
+        consumer = _client("Consumer", config)
+        try:
+            consumer.assign(partitions)
+            result = consume(consumer, args.num_records, args.timeout_ms / 1000, recorder)
+        finally:
+            consumer.close()
+    problems = []
+    if result.timed_out:
+        problems.append(f"only {result.records} of {args.num_records} records arrived "
+                        f"(none for {args.timeout_ms} ms)")  # fmt: skip
+    doc = result_document(result.records, result.bytes, result.seconds, None)
+    return _finish(args, summary_line("received", result.records, result.bytes, result.seconds, None), doc, problems)
+
+
+# ------------------------------------------------------------------------------------------------ e2e
+
+
+def run_e2e(args: argparse.Namespace) -> int:
+    _positive(args.num_records, "--num-records")
+    servers = bootstrap_servers(args)
+    consumer_cfg = consumer_config(servers, "latest", parse_key_values(args.consumer_config, "--consumer-config"))
+    producer_cfg = producer_config(servers, {"acks": args.acks, "linger.ms": 0},
+                                   parse_key_values(args.producer_config, "--producer-config"))  # fmt: skip
+    recorder = Recorder("received")
+    with reaching(servers):
+        partitions = topic_partitions(servers, args.topic)
+        consumer = _client("Consumer", consumer_cfg)
+        try:
+            consumer.assign(partitions)
+            consumer.seek_to_end()
+            for tp in partitions:
+                consumer.position(tp)  # resolve the end offsets before the first record is sent
+            producer = _client("Producer", producer_cfg)
+            try:
+                thread, errors, first = _e2e_run(args, producer, consumer, recorder)
+            finally:
+                producer.close()
+        finally:
+            consumer.close()
+    return _e2e_report(args, thread, errors, first, recorder)
+
+
+def _e2e_run(args: argparse.Namespace, producer: Any, consumer: Any,
+             recorder: Recorder) -> tuple[E2EConsumer, SendErrors, float]:  # fmt: skip
+    run_id = new_run_id()
+    thread = E2EConsumer(consumer, run_id, args.num_records, recorder, time.perf_counter_ns)
+    thread.start()
+    errors = SendErrors()
+    try:
+        first = e2e_produce(producer, args.topic, run_id, args.num_records, args.record_size, args.rate,
+                            time.perf_counter_ns, errors)  # fmt: skip
+        _await_consumer(thread, recorder, args.timeout_ms / 1000)
+    finally:
+        thread.stop.set()
+        thread.join(5.0)
+    return thread, errors, first
+
+
+def _await_consumer(thread: E2EConsumer, recorder: Recorder, idle_s: float) -> None:
+    """Wait for the consumer thread to see every record; give up after ``idle_s`` without progress."""
+    seen, since = recorder.records, time.monotonic()
+    while thread.is_alive():
+        thread.join(0.1)
+        if recorder.records != seen:
+            seen, since = recorder.records, time.monotonic()
+        elif time.monotonic() - since >= idle_s:
+            return
+
+
+def _e2e_report(args: argparse.Namespace, thread: E2EConsumer, errors: SendErrors, first: float,
+                recorder: Recorder) -> int:  # fmt: skip
+    if thread.error is not None:
+        raise CliError(f"the e2e consumer failed: {_reason(thread.error)}")
+    received = recorder.records
+    seconds = max(0.0, recorder.last_at - first) if received else 0.0
+    latency = latency_summary(recorder.latencies_ms)
+    problems = []
+    if errors.count:
+        problems.append(f"{errors.count} of {args.num_records} records failed: {_reason(errors.first)}")
+    lost = args.num_records - received - errors.count
+    if lost > 0:
+        problems.append(f"{lost} delivered records never reached the consumer (waited {args.timeout_ms} ms)")
+    doc = result_document(received, recorder.bytes, seconds, latency, sent=args.num_records, errors=errors.count,
+                          duplicates=thread.duplicates)  # fmt: skip
+    return _finish(args, summary_line("received", received, recorder.bytes, seconds, latency), doc, problems)
