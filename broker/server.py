@@ -9,7 +9,10 @@ Threads and what each owns:
 - the heartbeat thread (:class:`~broker.lifecycle.BrokerLifecycle`) registers and heartbeats;
 - one reaper thread per purgatory expires waiting operations;
 - the maintenance thread (:class:`~broker.maintenance.LogMaintenance`) runs retention, idle flushes and
-  high-watermark checkpoints.
+  high-watermark checkpoints;
+- the ISR thread (:class:`~broker.isr_manager.IsrManager`) sends the led partitions' AlterPartition;
+- one fetcher thread per leader this broker follows partitions from
+  (:class:`~broker.replica_fetcher.ReplicaFetcherManager`, reassigned by the metadata thread after each change).
 
 Start, in order: open every partition log (recovery), serve gRPC, then the metadata thread, the heartbeat
 thread and maintenance. The broker is *ready* once the controller unfenced it (its metadata caught up).
@@ -37,11 +40,13 @@ from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.controller_channel import ControllerChannel
 from broker.handlers.describe_cluster import refresh_quorum
+from broker.isr_manager import IsrManager
 from broker.lifecycle import BrokerLifecycle
 from broker.log_manager import LogManager
 from broker.maintenance import LogMaintenance
 from broker.metadata_cache import MetadataCache
 from broker.metadata_loader import MetadataLoader
+from broker.replica_fetcher import ReplicaFetcherManager
 from broker.replica_manager import ReplicaManager
 from controller.image import MetadataImage
 from log.clock import Clock, SystemClock
@@ -89,11 +94,16 @@ class BrokerServer:
             options.node_id, self.channel, self.metadata, self.replicas, on_published=self._on_published
         )
         self.maintenance = LogMaintenance(self.replicas, config, self.clock)
+        self.fetchers = ReplicaFetcherManager(
+            options.node_id, self.replicas, config, lambda: self.lifecycle.broker_epoch
+        )
+        self.isr = IsrManager(options.node_id, self.replicas, self.channel, config, lambda: self.lifecycle.broker_epoch)
         self._grpc: Any = None
         self._stopped = False
         self._stop_lock = threading.Lock()
 
     def _on_published(self, image: MetadataImage) -> None:
+        self.fetchers.update(image)
         self.lifecycle.on_metadata(image.offset)
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -110,6 +120,7 @@ class BrokerServer:
             self.loader.start()
             self.lifecycle.start()
             self.maintenance.start()
+            self.isr.start()
         except BaseException:
             self.stop(controlled=False)
             raise
@@ -151,8 +162,10 @@ class BrokerServer:
         if stopped is not None:
             stopped.wait(GRPC_GRACE_S + 1.0)
         self.lifecycle.stop()
+        self.isr.stop()
         self.channel.close()  # cancels the metadata long poll
         self.loader.stop()
+        self.fetchers.shutdown()
         self.maintenance.stop()
         self.replicas.shutdown()  # checkpoints high watermarks, flushes and closes every log
         logger.info("broker %d stopped", self.node_id)

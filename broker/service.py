@@ -25,6 +25,7 @@ from broker.handlers import (
     forward,
     list_offsets,
     metadata,
+    offsets_for_leader_epoch,
     produce,
 )
 from proto import broker_pb2_grpc
@@ -61,6 +62,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     def ListOffsets(self, request: Any, context: Any) -> Any:
         return self._call(list_offsets.handle, request, context)
+
+    def OffsetsForLeaderEpoch(self, request: Any, context: Any) -> Any:
+        return self._call(offsets_for_leader_epoch.handle, request, context)
 
     def DescribeCluster(self, request: Any, context: Any) -> Any:
         return self._call(describe_cluster.handle, request, context)

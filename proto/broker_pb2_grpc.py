@@ -55,6 +55,11 @@ class BrokerStub:
                 request_serializer=proto_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
+        self.OffsetsForLeaderEpoch = channel.unary_unary(
+                '/odradek.broker.Broker/OffsetsForLeaderEpoch',
+                request_serializer=proto_dot_broker__pb2.OffsetsForLeaderEpochRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.OffsetsForLeaderEpochResponse.FromString,
+                _registered_method=True)
         self.DescribeCluster = channel.unary_unary(
                 '/odradek.broker.Broker/DescribeCluster',
                 request_serializer=proto_dot_broker__pb2.DescribeClusterRequest.SerializeToString,
@@ -117,6 +122,14 @@ class BrokerServicer:
 
     def ListOffsets(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetsForLeaderEpoch(self, request, context):
+        """Followers after a leader change (KIP-101, KIP-279): where each asked leader epoch ends in the
+        leader's log, so they truncate by epochs, never by the high watermark alone.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -186,6 +199,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ListOffsets,
                     request_deserializer=proto_dot_broker__pb2.ListOffsetsRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.ListOffsetsResponse.SerializeToString,
+            ),
+            'OffsetsForLeaderEpoch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetsForLeaderEpoch,
+                    request_deserializer=proto_dot_broker__pb2.OffsetsForLeaderEpochRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.OffsetsForLeaderEpochResponse.SerializeToString,
             ),
             'DescribeCluster': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeCluster,
@@ -331,6 +349,33 @@ class Broker:
             '/odradek.broker.Broker/ListOffsets',
             proto_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
             proto_dot_broker__pb2.ListOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetsForLeaderEpoch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/OffsetsForLeaderEpoch',
+            proto_dot_broker__pb2.OffsetsForLeaderEpochRequest.SerializeToString,
+            proto_dot_broker__pb2.OffsetsForLeaderEpochResponse.FromString,
             options,
             channel_credentials,
             insecure,

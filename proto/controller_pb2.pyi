@@ -217,7 +217,7 @@ class CreatePartitionsResponse(_message.Message):
     def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., controller: _Optional[_Union[_common_pb2.ControllerHint, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicResult, _Mapping]]] = ...) -> None: ...
 
 class AlterPartitionRequest(_message.Message):
-    __slots__ = ("broker_id", "broker_epoch", "topic_id", "partition", "leader_epoch", "partition_epoch", "new_isr")
+    __slots__ = ("broker_id", "broker_epoch", "topic_id", "partition", "leader_epoch", "partition_epoch", "new_isr", "joining")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +225,7 @@ class AlterPartitionRequest(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     PARTITION_EPOCH_FIELD_NUMBER: _ClassVar[int]
     NEW_ISR_FIELD_NUMBER: _ClassVar[int]
+    JOINING_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     broker_epoch: int
     topic_id: str
@@ -232,7 +233,16 @@ class AlterPartitionRequest(_message.Message):
     leader_epoch: int
     partition_epoch: int
     new_isr: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., topic_id: _Optional[str] = ..., partition: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., new_isr: _Optional[_Iterable[int]] = ...) -> None: ...
+    joining: _containers.RepeatedCompositeFieldContainer[JoiningReplica]
+    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., topic_id: _Optional[str] = ..., partition: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., new_isr: _Optional[_Iterable[int]] = ..., joining: _Optional[_Iterable[_Union[JoiningReplica, _Mapping]]] = ...) -> None: ...
+
+class JoiningReplica(_message.Message):
+    __slots__ = ("broker_id", "broker_epoch")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    broker_epoch: int
+    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ...) -> None: ...
 
 class AlterPartitionResponse(_message.Message):
     __slots__ = ("error", "controller", "leader", "leader_epoch", "partition_epoch", "isr")

@@ -1,4 +1,9 @@
-"""Partition state on a broker: roles, epochs, ISR, the high watermark (and, later, follower fetchers).
+"""Partition state on a broker: roles, epochs, ISR, the high watermark, leader epochs and truncation.
+
+Pure cores: :mod:`replication.high_watermark` (HW1-HW7), :mod:`replication.isr` (ISR1-ISR7),
+:mod:`replication.epoch_cache` (EC1-EC3, the ``leader-epoch-checkpoint``), :mod:`replication.truncation`
+(TR1-TR6, OffsetsForLeaderEpoch). :class:`Partition` owns a log and drives them; the broker's fetcher
+threads (``broker/replica_fetcher.py``) and ISR thread (``broker/isr_manager.py``) drive partitions.
 
 ``replication`` imports ``log`` and nothing else of the project; ``broker`` drives it.
 """

@@ -18,6 +18,8 @@ and ``Replica.updateFetchStateOrThrow``; the tests in ``tests/broker/test_partit
 * HW5. With the ISR = {leader} the high watermark is the leader's log end offset after every append.
 * HW6. A follower is caught up at a fetch whose offset reaches the leader's log end offset as it was at the
   follower's previous fetch (``last_caught_up_ms``, what ISR shrinking reads; Kafka's KIP-501 rule).
+* HW7. A fetch from a new life of a follower (another broker epoch) starts its progress afresh: what the
+  previous life reported says nothing of the log the broker came back with (KIP-903).
 
 Error names are Kafka's: NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, FENCED_LEADER_EPOCH,
 UNKNOWN_LEADER_EPOCH, plus whatever the log raises (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, OFFSET_OUT_OF_RANGE).
@@ -25,204 +27,57 @@ UNKNOWN_LEADER_EPOCH, plus whatever the log raises (CORRUPT_MESSAGE, MESSAGE_TOO
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from log.append import AppendInfo
 from log.clock import Clock
 from log.config import LogConfig
-from log.errors import LogError, StorageError
-from log.log import FetchData, Log
+from log.errors import StorageError
+from log.log import Log
 from log.record.header import iter_batches
-from log.record.reader import read_batch
+from replication import epoch_store
+from replication.epoch_cache import EpochEndOffset
+from replication.errors import (
+    FencedLeaderEpochError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    PartitionError,
+    UnknownLeaderEpochError,
+)
+from replication.high_watermark import UNKNOWN_OFFSET, HighWatermark, ReplicaProgress
+from replication.isr import AlterPartitionRequest, IsrState, may_join, out_of_sync
+from replication.timestamps import offset_of_max_timestamp
+from replication.truncation import TruncationDecision, decide
+from replication.views import FetchPosition, PartitionRead, Registration, Role
 
 logger = logging.getLogger(__name__)
 
-UNKNOWN_OFFSET = -1
 NO_EPOCH = -1  # current_leader_epoch = -1: the caller does not check epochs
 NO_LEADER = -1
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+ISR_RESEND_MS = 1_000.0  # an unsettled AlterPartition is sent again after this long
 MAX_PENDING_POSITIONS = 100_000  # appends above the high watermark whose byte positions are remembered
-_SCAN_CHUNK_BYTES = 1 << 20
 
 
-# ------------------------------------------------------------------------------------------------ errors
-
-
-class PartitionError(LogError):
-    """A request this partition cannot serve in its current state. ``code`` is Kafka's error name."""
-
-
-class NotLeaderOrFollowerError(PartitionError):
-    code = "NOT_LEADER_OR_FOLLOWER"
-    retriable = True
-
-
-class NotEnoughReplicasError(PartitionError):
-    code = "NOT_ENOUGH_REPLICAS"
-    retriable = True
-
-
-class FencedLeaderEpochError(PartitionError):
-    code = "FENCED_LEADER_EPOCH"
-    retriable = True
-
-
-class UnknownLeaderEpochError(PartitionError):
-    code = "UNKNOWN_LEADER_EPOCH"
-    retriable = True
-
-
-# ------------------------------------------------------------------------------- the high-watermark rules
-
-
-class Role(enum.StrEnum):
-    LEADER = "leader"
-    FOLLOWER = "follower"
-    NONE = "none"  # opened from disk, no metadata about it yet
-
-
-@dataclass(slots=True)
-class ReplicaProgress:
-    """What the leader knows of one follower (HW4, HW6)."""
-
-    log_end_offset: int = UNKNOWN_OFFSET
-    last_fetch_ms: float = -1.0
-    last_caught_up_ms: float = -1.0
-    leader_end_offset_at_last_fetch: int = UNKNOWN_OFFSET
-
-
-@dataclass(slots=True)
-class HighWatermark:
-    """The leader's view of its replicas and the high watermark it derives (rules HW1-HW6 above).
-
-    Pure: no I/O, no clock (callers pass ``now_ms``). Not thread-safe: a :class:`Partition` owns it and calls
-    it under its lock.
-    """
-
-    leader_id: int
-    isr: frozenset[int]
-    high_watermark: int
-    leader_log_end_offset: int
-    followers: dict[int, ReplicaProgress] = field(default_factory=dict)
-
-    @classmethod
-    def start(
-        cls, leader_id: int, replicas: Iterable[int], isr: Iterable[int], high_watermark: int, leader_leo: int
-    ) -> HighWatermark:
-        """The state of a broker that just became leader: followers unknown (HW4), HW as it was (capped, HW3)."""
-        followers = {r: ReplicaProgress() for r in replicas if r != leader_id}
-        state = cls(leader_id, frozenset(isr), min(high_watermark, leader_leo), leader_leo, followers)
-        state.advance()
-        return state
-
-    def on_leader_append(self, log_end_offset: int) -> bool:
-        """The leader's log grew; True when the high watermark moved."""
-        assert log_end_offset >= self.leader_log_end_offset, "a leader's log end offset never goes back"
-        self.leader_log_end_offset = log_end_offset
-        return self.advance()
-
-    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: float) -> bool:
-        """Follower ``replica_id`` fetched from ``fetch_offset`` (HW4, HW6); True when the HW moved."""
-        progress = self.followers.get(replica_id)
-        if progress is None:
-            raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of this partition")
-        if fetch_offset >= self.leader_log_end_offset:
-            progress.last_caught_up_ms = now_ms
-        elif fetch_offset >= progress.leader_end_offset_at_last_fetch >= 0:
-            progress.last_caught_up_ms = max(progress.last_caught_up_ms, progress.last_fetch_ms)
-        progress.log_end_offset = fetch_offset
-        progress.last_fetch_ms = now_ms
-        progress.leader_end_offset_at_last_fetch = self.leader_log_end_offset
-        return self.advance()
-
-    def update_isr(self, isr: Iterable[int], replicas: Iterable[int]) -> bool:
-        """A new ISR (and replica set) from the metadata image; True when the HW moved (a shrink may move it)."""
-        replicas = set(replicas)
-        self.isr = frozenset(isr)
-        for gone in set(self.followers) - replicas:
-            del self.followers[gone]
-        for new in replicas - set(self.followers) - {self.leader_id}:
-            self.followers[new] = ReplicaProgress()
-        return self.advance()
-
-    def candidate(self) -> int | None:
-        """HW1: the smallest log end offset over the ISR; None while an ISR member's offset is unknown."""
-        offsets = [self.leader_log_end_offset]
-        for member in self.isr:
-            if member == self.leader_id:
-                continue
-            progress = self.followers.get(member)
-            if progress is None or progress.log_end_offset == UNKNOWN_OFFSET:
-                return None
-            offsets.append(progress.log_end_offset)
-        return min(offsets)
-
-    def advance(self) -> bool:
-        """Move the high watermark to the candidate if that is forward (HW2); True when it moved."""
-        candidate = self.candidate()
-        if candidate is None or candidate <= self.high_watermark:
-            return False
-        assert candidate <= self.leader_log_end_offset, "HW3: the high watermark never passes the leader's end"
-        self.high_watermark = candidate
-        return True
-
-    def follower_offsets(self) -> Mapping[int, int]:
-        return {r: p.log_end_offset for r, p in self.followers.items()}
-
-
-# ------------------------------------------------------------------------------------------ the partition
-
-
-class Registration(Protocol):
-    """What a partition needs of the metadata image's ``PartitionRegistration``."""
-
-    @property
-    def replicas(self) -> tuple[int, ...]: ...
-    @property
-    def isr(self) -> tuple[int, ...]: ...
-    @property
-    def leader(self) -> int: ...
-    @property
-    def leader_epoch(self) -> int: ...
-    @property
-    def partition_epoch(self) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionRead:
-    """The answer to :meth:`Partition.read`: whole batches, unchanged, and the partition's offsets."""
-
-    data: FetchData
-    high_watermark: int
-    log_start_offset: int
-    log_end_offset: int
-    leader_epoch: int
-    high_watermark_moved: bool  # a follower's fetch moved the high watermark (complete delayed produces)
-
-    @property
-    def records(self) -> bytes:
-        return self.data.records
-
-
-@dataclass(frozen=True, slots=True)
-class FetchPosition:
-    """How far readers may read: ``offset`` (HW for consumers, LEO for followers) and the count of bytes
-    appended up to it since the partition was opened (differences say how many bytes arrived)."""
-
-    role: Role
-    leader_epoch: int
-    offset: int
-    appended_bytes: int
-    log_start_offset: int
-    log_end_offset: int
+__all__ = [
+    "UNKNOWN_OFFSET",
+    "FetchPosition",
+    "PartitionRead",
+    "Registration",
+    "Role",
+    "FencedLeaderEpochError",
+    "HighWatermark",
+    "NotEnoughReplicasError",
+    "NotLeaderOrFollowerError",
+    "PartitionError",
+    "ReplicaProgress",
+    "UnknownLeaderEpochError",
+]  # the names moved to their own modules stay importable from here
 
 
 class Partition:
@@ -233,7 +88,9 @@ class Partition:
     never holds up an append for more than the Log's own lock. Appends run under the lock, so appends to
     one partition are serialized and each one sees the role and epoch it was checked against. The
     metadata thread is the only caller of the role changes (``make_leader``, ``make_follower``,
-    ``update_config``, ``close``); request threads call the rest. The read-only properties are single
+    ``update_config``, ``close``); the fetcher thread calls the follower methods (each checks it still
+    follows in the epoch it was given), the ISR thread ``isr_change`` / ``on_isr_answer``; request threads
+    call the rest. The read-only properties are single
     attribute reads without the lock: each is current, but two of them may come from different moments
     (``fetch_position``, ``acks_status`` and ``read`` give consistent views).
     """
@@ -263,7 +120,12 @@ class Partition:
         self._replicas: tuple[int, ...] = ()
         self._isr: tuple[int, ...] = ()
         self._high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
+        self._epochs = epoch_store.load_or_rebuild(log)  # leader-epoch-checkpoint (EC1-EC3)
         self._leader_state: HighWatermark | None = None
+        self._isr_state: IsrState | None = None  # leader only: the committed ISR and the pending change
+        self._leader_since_ms = 0.0
+        self._isr_sent_ms = 0.0
+        self._epoch_start_offset = 0
         # Byte positions, for DelayedFetch's "enough bytes arrived" test: cumulative bytes appended since
         # open, at the log end and at the high watermark; appends above the HW wait in _pending.
         self._appended_bytes = 0
@@ -345,26 +207,153 @@ class Partition:
                 return False
             is_new_term = self._role is not Role.LEADER or reg.leader_epoch != self._leader_epoch
             self._set_registration(reg, Role.LEADER)
-            if is_new_term or self._leader_state is None:
+            if self._epochs.assign(reg.leader_epoch, self._log.log_end_offset):
+                epoch_store.save(self._log, self._epochs)  # persisted before the epoch's first write
+            if is_new_term or self._leader_state is None or self._isr_state is None:
                 self._leader_state = HighWatermark.start(
                     self.local_broker_id, reg.replicas, reg.isr, self._high_watermark, self._log.log_end_offset
                 )
+                self._isr_state = IsrState(
+                    self.local_broker_id, reg.leader_epoch, reg.partition_epoch, frozenset(reg.isr)
+                )
+                self._leader_since_ms = self._clock.monotonic_ms()
+                self._epoch_start_offset = self._log.log_end_offset
             else:
-                self._leader_state.update_isr(reg.isr, reg.replicas)
+                self._isr_state.on_metadata(reg.isr, reg.partition_epoch)
+                self._leader_state.update_isr(self._isr_state.maximal_isr, reg.replicas)  # ISR4
             self._sync_high_watermark()
             return True
+
+    def isr_change(self, lag_max_ms: float) -> AlterPartitionRequest | None:
+        """As leader: the AlterPartition to send now by the rules ISR1-ISR3, ISR5, ISR7 of ``replication.isr``
+        (None: nothing to change, one is pending and not due again, or not leader). The HW counts the larger ISR
+        meanwhile (ISR4)."""
+        with self._lock:
+            state, hw = self._isr_state, self._leader_state
+            if self._role is not Role.LEADER or state is None or hw is None:
+                return None
+            now = self._clock.monotonic_ms()
+            if state.pending is not None:  # ISR3; an unsettled one is sent again now and then (ISR6)
+                if now - self._isr_sent_ms < ISR_RESEND_MS:
+                    return None
+                self._isr_sent_ms = now
+                return state.pending
+            leo = self._log.log_end_offset
+            lagging = out_of_sync(
+                state.isr, self.local_broker_id, hw.followers, leo, now, lag_max_ms, self._leader_since_ms
+            )
+            request = state.propose_shrink(lagging)
+            for replica_id, progress in sorted(hw.followers.items()):
+                if request is None and may_join(progress, self._high_watermark, self._epoch_start_offset):
+                    request = state.propose_expand(replica_id, progress.broker_epoch)
+            if request is not None:
+                self._isr_sent_ms = now
+                hw.update_isr(state.maximal_isr, self._replicas)
+                self._sync_high_watermark()
+            return request
+
+    def on_isr_answer(
+        self, request: AlterPartitionRequest, accepted: bool, isr: Iterable[int], partition_epoch: int,
+        *, settled: bool = True,
+    ) -> bool:  # fmt: skip
+        """The controller answered ``request`` (ISR6; ``settled`` False for a refusal of a stale view or no
+        answer: the change stays pending and is sent again); True when the committed ISR changed."""
+        with self._lock:
+            state, hw = self._isr_state, self._leader_state
+            if state is None or hw is None:
+                return False
+            changed = state.on_response(request, accepted, isr, partition_epoch, settled=settled)
+            if changed:
+                self._isr = tuple(sorted(state.isr))
+                self._partition_epoch = max(self._partition_epoch, state.partition_epoch)
+            hw.update_isr(state.maximal_isr, self._replicas)
+            self._sync_high_watermark()
+            return changed
 
     def make_follower(self, reg: Registration) -> bool:
         """Become a follower (or a replica without a leader) as ``reg`` says; False for a stale one.
 
-        Writes are refused from now on; the replication issue adds truncation and the fetcher.
+        Writes are refused from now on; the broker's fetcher thread then truncates (TR rules) and fetches.
         """
         with self._lock:
             if self._is_stale(reg):
                 return False
             self._set_registration(reg, Role.FOLLOWER)
             self._leader_state = None
+            self._isr_state = None
             return True
+
+    # ---------------------------------------------------------------------------------- follower
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest leader epoch in this replica's log (what a follower asks OffsetsForLeaderEpoch about)."""
+        with self._lock:
+            return self._epochs.latest_epoch
+
+    def decide_truncation(self, asked_epoch: int, answer: EpochEndOffset) -> TruncationDecision:
+        """Where to truncate given the leader's OffsetsForLeaderEpoch ``answer`` (TR2-TR6)."""
+        with self._lock:
+            return decide(self._epochs, asked_epoch, answer, self._log.log_start_offset, self._log.log_end_offset)
+
+    def truncate_as_follower(self, offset: int, leader_epoch: int) -> bool:
+        """Cut the log at ``offset`` after an OffsetsForLeaderEpoch answer (TR2-TR6), while still the
+        follower of ``leader_epoch``; False (nothing done) otherwise. The epoch cache is cut and saved after
+        the log. The high watermark never goes back (HW2): a truncation below it is a bug, logged and capped."""
+        with self._lock:
+            if self._role is not Role.FOLLOWER or self._leader_epoch != leader_epoch:
+                return False
+            if offset < self._high_watermark:
+                logger.error("%s: truncation to %d below the high watermark %d", self, offset, self._high_watermark)
+                offset = self._high_watermark
+            if self._log.truncate_to(offset):
+                self._reset_positions()
+            if self._epochs.truncate_from_end(self._log.log_end_offset):
+                epoch_store.save(self._log, self._epochs)
+            return True
+
+    def restart_at(self, offset: int, leader_epoch: int) -> bool:
+        """The leader's log starts after ours ends (OFFSET_OUT_OF_RANGE below its start): start over there."""
+        with self._lock:
+            if self._role is not Role.FOLLOWER or self._leader_epoch != leader_epoch:
+                return False
+            self._log.truncate_fully_and_start_at(offset)
+            self._epochs.clear()
+            epoch_store.save(self._log, self._epochs)
+            self._high_watermark = offset
+            self._reset_positions()
+            return True
+
+    def append_as_follower(self, records: bytes, leader_high_watermark: int, leader_epoch: int) -> AppendInfo | None:
+        """Append a Fetch response's batches (offsets and epochs as the leader wrote them), note their epochs
+        (EC1), and take the leader's high watermark up to the new log end (HW2, HW3); None when this replica
+        no longer follows in ``leader_epoch``."""
+        with self._lock:
+            if self._role is not Role.FOLLOWER or self._leader_epoch != leader_epoch:
+                return None
+            info = self._log.append_as_follower(records) if records else None
+            if records and self._epochs_from_batches(records):
+                epoch_store.save(self._log, self._epochs)
+            if info is not None:
+                self._appended_bytes += info.size_bytes
+            hw = min(leader_high_watermark, self._log.log_end_offset)
+            self._high_watermark = max(self._high_watermark, hw, self._log.log_start_offset)
+            self._hw_bytes = (
+                self._appended_bytes if self._high_watermark >= self._log.log_end_offset else self._hw_bytes
+            )
+            return info
+
+    def _epochs_from_batches(self, records: bytes) -> bool:
+        changed = False
+        for _, header in iter_batches(records, validate=False):
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and epoch > self._epochs.latest_epoch:
+                changed |= self._epochs.assign(epoch, header.base_offset)
+        return changed
+
+    def _reset_positions(self) -> None:
+        self._pending.clear()
+        self._hw_bytes = self._appended_bytes
 
     def _is_stale(self, reg: Registration) -> bool:
         stale = reg.leader_epoch < self._leader_epoch or (
@@ -402,6 +391,8 @@ class Partition:
             count = self._log.delete_retention(high_watermark=self._high_watermark)
             if count:
                 self._sync_high_watermark()
+                if self._epochs.truncate_from_start(self._log.log_start_offset):
+                    epoch_store.save(self._log, self._epochs)
             return count
 
     def flush(self) -> None:
@@ -415,6 +406,7 @@ class Partition:
         with self._lock:
             self._role = Role.NONE
             self._leader_state = None
+            self._isr_state = None
             self._log.close()
 
     # ------------------------------------------------------------------------------------ writes
@@ -502,6 +494,7 @@ class Partition:
         replica_id: int = -1,
         current_leader_epoch: int = NO_EPOCH,
         min_one_batch: bool = True,
+        replica_epoch: int = -1,
     ) -> PartitionRead:
         """Whole batches from ``fetch_offset``: for consumers (``replica_id`` < 0) only below the high
         watermark, for followers to the log end; a follower's fetch also reports its position (HW4).
@@ -522,10 +515,24 @@ class Partition:
         if replica_id >= 0:
             with self._lock:
                 if self._leader_state is not None and self._leader_epoch == epoch:
-                    moved = self._leader_state.on_follower_fetch(replica_id, fetch_offset, self._clock.monotonic_ms())
+                    now = self._clock.monotonic_ms()
+                    moved = self._leader_state.on_follower_fetch(replica_id, fetch_offset, now, replica_epoch)
                     self._sync_high_watermark()
                 high_watermark = self._high_watermark
         return PartitionRead(data, high_watermark, data.log_start_offset, data.log_end_offset, epoch, moved)
+
+    def end_offset_for_epoch(self, leader_epoch: int, *, current_leader_epoch: int = NO_EPOCH) -> EpochEndOffset:
+        """OffsetsForLeaderEpoch, as leader (TR1, EC2): the largest epoch ``<= leader_epoch`` in this log and
+        the offset where it ends; raises the epoch errors and NotLeaderOrFollowerError."""
+        with self._lock:
+            self._leader_snapshot(current_leader_epoch, -1)
+            return self._epochs.end_offset_for(leader_epoch, self._log.log_end_offset)
+
+    @property
+    def leader_epoch_entries(self) -> tuple[tuple[int, int], ...]:
+        """The leader-epoch cache: ``(leader_epoch, start_offset)`` pairs."""
+        with self._lock:
+            return tuple((e.leader_epoch, e.start_offset) for e in self._epochs.entries)
 
     def fetch_position(self, for_replica: bool) -> FetchPosition:
         """Where readers of each kind stand now (DelayedFetch compares two of these)."""
@@ -548,7 +555,7 @@ class Partition:
         if timestamp_ms == LATEST_TIMESTAMP:
             return upper, -1
         if timestamp_ms == MAX_TIMESTAMP:
-            return _offset_of_max_timestamp(log, upper)
+            return offset_of_max_timestamp(log, upper)
         if timestamp_ms < 0:
             raise ValueError(f"timestamp {timestamp_ms} is not -1, -2, -3 or a time")
         found = log.offset_for_timestamp(timestamp_ms)
@@ -557,28 +564,3 @@ class Partition:
     @property
     def key_str(self) -> str:
         return f"{self.topic}-{self.partition}"
-
-
-def _offset_of_max_timestamp(log: Log, upper: int) -> tuple[int, int] | None:
-    """The first record with the largest timestamp below ``upper`` (KIP-734, record-exact as in KAFKA-16310).
-
-    Segments say which one holds the largest batch timestamp; only that segment is read, in chunks.
-    """
-    segments = [s for s in log.segments if s.base_offset < upper and s.max_timestamp >= 0]
-    if not segments:
-        return None
-    best = max(segments, key=lambda s: s.max_timestamp)  # the first of equals: max() keeps the first
-    offset = max(best.base_offset, log.log_start_offset)
-    end = min(best.next_offset, upper)
-    while offset < end:
-        chunk = log.read(offset, _SCAN_CHUNK_BYTES, max_offset=upper).records
-        if not chunk:
-            break
-        for pos, header in iter_batches(chunk, validate=False):
-            if header.max_timestamp == best.max_timestamp and header.base_offset < upper:
-                _, records = read_batch(chunk, pos)
-                for record in records:
-                    if record.timestamp == best.max_timestamp or header.is_log_append_time:
-                        return record.offset, best.max_timestamp
-            offset = header.next_offset
-    return None

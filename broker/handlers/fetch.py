@@ -52,7 +52,7 @@ def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
         for p in topic.partitions
     ]
     starts = _positions(ctx, targets, for_replica)  # before the read: nothing that arrives after is missed
-    response, sizes, failed = _read_all(ctx, request.replica_id, targets, max_bytes)
+    response, sizes, failed = _read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
     total = sum(sizes)
     if request.max_wait_ms <= 0 or total >= request.min_bytes or failed or not targets or total >= max_bytes:
         return response
@@ -66,7 +66,7 @@ def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
     purgatory = ctx.replicas.fetch_purgatory
     if not purgatory.try_complete_else_watch(op, op.keys) and not op.wait(op.delay_ms / 1000 + WAIT_SLACK_S):
         op.expire()
-    return _read_all(ctx, request.replica_id, targets, max_bytes)[0]
+    return _read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)[0]
 
 
 def _partition_limit(target: _Target, max_bytes: int) -> int:
@@ -82,7 +82,7 @@ def _positions(ctx: BrokerContext, targets: list[_Target], for_replica: bool) ->
 
 
 def _read_all(
-    ctx: BrokerContext, replica_id: int, targets: list[_Target], max_bytes: int
+    ctx: BrokerContext, replica_id: int, targets: list[_Target], max_bytes: int, replica_epoch: int = -1
 ) -> tuple[pb.FetchResponse, list[int], bool]:
     """Read every target within the limits; ``(response, bytes per target, whether any failed)``."""
     response = pb.FetchResponse()
@@ -95,7 +95,7 @@ def _read_all(
             topic = topics[target.topic] = response.topics.add(name=target.topic)
         answer = topic.partitions.add(partition=target.partition)
         size = _read_one(ctx, replica_id, target, min(_partition_limit(target, max_bytes), budget), min_one_batch,
-                         answer)  # fmt: skip
+                         answer, replica_epoch)  # fmt: skip
         failed = failed or bool(answer.error.code)
         sizes.append(size)
         if size:
@@ -106,7 +106,7 @@ def _read_all(
 
 def _read_one(
     ctx: BrokerContext, replica_id: int, target: _Target, max_bytes: int, min_one_batch: bool,
-    answer: pb.FetchPartitionResponse,
+    answer: pb.FetchPartitionResponse, replica_epoch: int = -1,
 ) -> int:  # fmt: skip
     """Read one partition into ``answer``; returns the bytes read."""
     answer.high_watermark = answer.last_stable_offset = answer.log_start_offset = answer.log_end_offset = -1
@@ -115,7 +115,7 @@ def _read_one(
         partition = local_partition(ctx, target.topic, target.partition)
         read = partition.read(
             target.fetch_offset, max(max_bytes, 0), replica_id=replica_id,
-            current_leader_epoch=target.current_leader_epoch, min_one_batch=min_one_batch,
+            current_leader_epoch=target.current_leader_epoch, min_one_batch=min_one_batch, replica_epoch=replica_epoch,
         )  # fmt: skip
     except OffsetOutOfRangeError as exc:
         answer.error.CopyFrom(error_of(exc))

@@ -8,7 +8,9 @@ AlterPartition rules, checked in Kafka's order (``ReplicationControlManager.alte
 - A4. Its leader epoch is the partition's (else FENCED_LEADER_EPOCH).
 - A5. Its partition epoch is the partition's (else INVALID_UPDATE_VERSION: it acted on a stale state).
 - A6. The new ISR lists replicas only, each once, and includes the leader (else INVALID_REQUEST).
-- A7. Every member is eligible: registered, unfenced, not in controlled shutdown (else INELIGIBLE_REPLICA).
+- A7. Every member is eligible: registered, unfenced, not in controlled shutdown (else INELIGIBLE_REPLICA);
+  a joining member named with a broker epoch is in that registration still (KIP-903: a broker that came back
+  with a shorter log is not counted in by what its previous life fetched; else INELIGIBLE_REPLICA).
 - A8. The answer is the partition's state after the change (an unchanged ISR writes nothing).
 
 ElectLeaders rules (``ReplicationControlManager.electLeaders``):
@@ -51,6 +53,17 @@ def _isr_error(reg: PartitionRegistration, new_isr: tuple[int, ...], eligible: E
     return None
 
 
+def _stale_joiner(image: MetadataImage, request: pb.AlterPartitionRequest) -> common_pb2.Error | None:
+    """Rule A7, KIP-903 part."""
+    for joining in request.joining:
+        broker = image.broker(joining.broker_id)
+        if joining.broker_epoch >= 0 and (broker is None or broker.broker_epoch != joining.broker_epoch):
+            current = "none" if broker is None else broker.broker_epoch
+            return error("INELIGIBLE_REPLICA", f"Broker {joining.broker_id} joins with epoch "
+                         f"{joining.broker_epoch}, its registration has {current}")  # fmt: skip
+    return None
+
+
 def alter_partition(
     image: MetadataImage, request: pb.AlterPartitionRequest
 ) -> ControllerResult[pb.AlterPartitionResponse]:
@@ -81,7 +94,7 @@ def alter_partition(
             f"{where} has partition epoch {reg.partition_epoch}, the request {request.partition_epoch}",
         )
     new_isr = tuple(request.new_isr)
-    problem = _isr_error(reg, new_isr, Eligibility(image))
+    problem = _isr_error(reg, new_isr, Eligibility(image)) or _stale_joiner(image, request)
     if problem is not None:
         return ControllerResult((), pb.AlterPartitionResponse(error=problem))
     record = change(TopicIdPartition(topic.topic_id, topic.name, request.partition), reg, reg.leader, new_isr)

@@ -192,7 +192,6 @@ def test_three_controllers_three_brokers(start_up: Start, env: dict[str, str]) -
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="acks=all on replicated topics needs follower replication (the broker issue)", strict=False)
 def test_replicated_roundtrip_with_acks_all(start_up: Start, env: dict[str, str]) -> None:
     up = start_up(3, 3)
     up.wait_ready()

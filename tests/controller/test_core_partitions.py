@@ -26,7 +26,9 @@ def topic(harness: CoreHarness) -> CoreHarness:
     return harness
 
 
-def alter(h: CoreHarness, new_isr: Sequence[int], **overrides: int | str) -> pb.AlterPartitionResponse:
+def alter(
+    h: CoreHarness, new_isr: Sequence[int], joining: Sequence[tuple[int, int]] = (), **overrides: int | str
+) -> pb.AlterPartitionResponse:
     reg = h.partition("t")
     fields: dict[str, Any] = {
         "broker_id": reg.leader,
@@ -37,7 +39,9 @@ def alter(h: CoreHarness, new_isr: Sequence[int], **overrides: int | str) -> pb.
         "partition_epoch": reg.partition_epoch,
     }
     fields.update(overrides)
-    response: pb.AlterPartitionResponse = h.call("AlterPartition", pb.AlterPartitionRequest(new_isr=new_isr, **fields))
+    joiners = [pb.JoiningReplica(broker_id=b, broker_epoch=e) for b, e in joining]
+    request = pb.AlterPartitionRequest(new_isr=new_isr, joining=joiners, **fields)
+    response: pb.AlterPartitionResponse = h.call("AlterPartition", request)
     return response
 
 
@@ -116,6 +120,16 @@ def test_ineligible_replicas_may_not_join(topic: CoreHarness) -> None:
     assert not alter(topic, [0, 1, 2]).error.code
     topic.heartbeat(1, want_shut_down=True)  # leads nothing: fenced at once
     assert alter(topic, [0, 1]).error.code == "INELIGIBLE_REPLICA"
+
+
+def test_a_joiner_from_a_previous_life_is_ineligible(topic: CoreHarness) -> None:
+    """A7 (KIP-903): a joining member named with a broker epoch that is not its registration's is refused."""
+    assert not alter(topic, [0, 1]).error.code
+    current = topic.epoch(2)
+    assert alter(topic, [0, 1, 2], joining=[(2, current - 1)]).error.code == "INELIGIBLE_REPLICA"
+    assert topic.partition("t").isr == (0, 1)
+    assert not alter(topic, [0, 1, 2], joining=[(2, current)]).error.code
+    assert topic.partition("t").isr == (0, 1, 2)
 
 
 def test_isr_member_in_controlled_shutdown_is_ineligible(harness: CoreHarness) -> None:

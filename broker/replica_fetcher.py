@@ -1,0 +1,265 @@
+"""Followers pull: one fetcher thread per source broker (Kafka's ``ReplicaFetcherManager`` / ``ReplicaFetcherThread``).
+
+Each thread serves every partition this broker follows from one leader, in two phases per partition:
+
+1. *truncating* -- after it became a follower in a leader epoch: ask the leader (OffsetsForLeaderEpoch, all
+   such partitions in one request) where this replica's latest epoch ends, and truncate by the rules TR2-TR6
+   of ``replication.truncation`` (asking again for TR4), never by the high watermark alone;
+2. *fetching* -- one long-polling Fetch (``replica.fetch.wait.max.ms``) for every fetching partition; the
+   records are appended as they are (offsets and epochs kept), the leader's high watermark is taken up to
+   the local log end, and each fetch reports this follower's position to the leader (HW4).
+
+Errors: FENCED_LEADER_EPOCH waits for the metadata (the manager reassigns the partition with the new
+epoch); UNKNOWN_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER (the leader's metadata is behind ours) and other
+errors are retried after ``BACKOFF_S``; OFFSET_OUT_OF_RANGE below the leader's log start
+restarts the log there, otherwise truncates again; an unreachable leader is retried after
+``replica.fetch.backoff.ms``.
+
+Thread-safety: :meth:`ReplicaFetcherManager.update` and ``shutdown`` are the metadata thread's (or the
+stopping thread's); each :class:`ReplicaFetcherThread` owns its partition states under its own lock, which
+``assign`` takes from the metadata thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from broker.config import BrokerConfig
+from broker.controller_channel import MAX_MESSAGE_BYTES
+from broker.lifecycle import LISTENER
+from broker.log_manager import TopicPartition
+from broker.replica_manager import ReplicaManager
+from controller.image import MetadataImage
+from proto import broker_pb2 as pb
+from proto import broker_pb2_grpc
+from replication.epoch_cache import EpochEndOffset
+from replication.partition import Partition, Role
+
+logger = logging.getLogger(__name__)
+
+BACKOFF_S = 0.2
+RPC_SLACK_S = 5.0
+# Our epoch is older than the leader's: only newer metadata helps. (UNKNOWN_LEADER_EPOCH and
+# NOT_LEADER_OR_FOLLOWER mean the leader has not caught up with the metadata yet: retried after a backoff.)
+_WAIT_FOR_METADATA = frozenset({"FENCED_LEADER_EPOCH"})
+
+
+@dataclass(slots=True)
+class _State:
+    leader_epoch: int
+    truncating: bool = True
+    asked_epoch: int | None = None  # None: ask about the log's latest epoch
+    waiting: bool = False  # an epoch error: wait until the metadata reassigns the partition
+
+
+class ReplicaFetcherThread:
+    """Fetches every partition this broker follows from leader ``source_id`` (see the module docstring)."""
+
+    def __init__(
+        self, broker_id: int, source_id: int, address: str, replicas: ReplicaManager, config: BrokerConfig,
+        broker_epoch: Callable[[], int],
+    ) -> None:  # fmt: skip
+        self.broker_id = broker_id
+        self.source_id = source_id
+        self.address = address
+        self._replicas = replicas
+        self._config = config
+        self._broker_epoch = broker_epoch
+        self._lock = threading.Lock()
+        self._states: dict[TopicPartition, _State] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._errors = 0  # errors in the current round (the fetcher thread's own)
+        options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]  # fmt: skip
+        self._channel = grpc.insecure_channel(address, options=options)
+        self._stub: Any = broker_pb2_grpc.BrokerStub(self._channel)  # type: ignore[no-untyped-call]
+        self._thread = threading.Thread(target=self._run, name=f"fetcher-{broker_id}-from-{source_id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._channel.close()
+        self._thread.join(timeout=5.0)
+
+    def assign(self, partitions: Mapping[TopicPartition, int]) -> None:
+        """Follow exactly ``partitions`` (key -> leader epoch) from this source; a new epoch truncates again."""
+        with self._lock:
+            states = {}
+            for key, epoch in partitions.items():
+                old = self._states.get(key)
+                states[key] = old if old is not None and old.leader_epoch == epoch else _State(epoch)
+            self._states = states
+        self._wake.set()
+
+    @property
+    def partitions(self) -> set[TopicPartition]:
+        with self._lock:
+            return set(self._states)
+
+    # ---------------------------------------------------------------------------------------- loop
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._errors = 0
+            try:
+                worked = self._truncate_round() | self._fetch_round()
+                worked = worked and not self._errors
+            except grpc.RpcError as e:
+                if self._stop.is_set():
+                    return
+                logger.debug("fetcher %d <- %d: %s", self.broker_id, self.source_id, e)
+                worked = False
+            except Exception:
+                logger.exception("fetcher %d <- %d failed a round", self.broker_id, self.source_id)
+                worked = False
+            if not worked:
+                self._wake.wait(BACKOFF_S)
+                self._wake.clear()
+
+    def _snapshot(self, truncating: bool) -> list[tuple[TopicPartition, _State, Partition]]:
+        out = []
+        with self._lock:
+            for key, state in self._states.items():
+                partition = self._replicas.partition(*key)
+                if partition is None or state.truncating != truncating or state.waiting:
+                    continue
+                if partition.role is Role.FOLLOWER and partition.leader_epoch == state.leader_epoch:
+                    out.append((key, _State(state.leader_epoch, state.truncating, state.asked_epoch), partition))
+        return out
+
+    def _update(self, key: TopicPartition, epoch: int, **changes: Any) -> None:
+        with self._lock:
+            state = self._states.get(key)
+            if state is not None and state.leader_epoch == epoch:
+                for name, value in changes.items():
+                    setattr(state, name, value)
+
+    # ------------------------------------------------------------------------------------ truncate
+
+    def _truncate_round(self) -> bool:
+        work = self._snapshot(truncating=True)
+        if not work:
+            return False
+        asked = {key: s.asked_epoch if s.asked_epoch is not None else p.latest_epoch for key, s, p in work}
+        request = pb.OffsetsForLeaderEpochRequest(replica_id=self.broker_id, partitions=[
+            pb.OffsetForLeaderPartition(topic=key[0], partition=key[1], current_leader_epoch=s.leader_epoch,
+                                        leader_epoch=asked[key]) for key, s, _ in work
+        ])  # fmt: skip
+        response = self._stub.OffsetsForLeaderEpoch(request, timeout=RPC_SLACK_S)
+        answers = {(r.topic, r.partition): r for r in response.partitions}
+        for key, state, partition in work:
+            answer = answers.get(key)
+            if answer is None or answer.error.code:
+                self._on_error(key, state, answer.error.code if answer else "")
+                continue
+            decision = partition.decide_truncation(asked[key], EpochEndOffset(answer.leader_epoch, answer.end_offset))
+            partition.truncate_as_follower(decision.truncate_to, state.leader_epoch)
+            self._update(key, state.leader_epoch, truncating=not decision.done, asked_epoch=decision.ask_epoch)
+        return True
+
+    # --------------------------------------------------------------------------------------- fetch
+
+    def _fetch_round(self) -> bool:
+        work = self._snapshot(truncating=False)
+        if not work:
+            return False
+        topics: dict[str, list[pb.FetchPartition]] = {}
+        for (topic, number), state, partition in work:
+            topics.setdefault(topic, []).append(pb.FetchPartition(
+                partition=number, fetch_offset=partition.log_end_offset, current_leader_epoch=state.leader_epoch,
+                partition_max_bytes=int(self._config.get("replica.fetch.max.bytes")),
+                log_start_offset=partition.log_start_offset, last_fetched_epoch=-1,
+            ))  # fmt: skip
+        wait_ms = int(self._config.get("replica.fetch.wait.max.ms"))
+        request = pb.FetchRequest(
+            replica_id=self.broker_id, replica_epoch=self._broker_epoch(), max_wait_ms=wait_ms,
+            min_bytes=int(self._config.get("replica.fetch.min.bytes")),
+            max_bytes=int(self._config.get("replica.fetch.response.max.bytes")),
+            topics=[pb.FetchTopic(name=name, partitions=parts) for name, parts in topics.items()],
+        )  # fmt: skip
+        response = self._stub.Fetch(request, timeout=wait_ms / 1000.0 + RPC_SLACK_S)
+        by_key = {key: (state, partition) for key, state, partition in work}
+        for topic in response.topics:
+            for answer in topic.partitions:
+                found = by_key.get((topic.name, answer.partition))
+                if found is not None:
+                    self._on_fetched((topic.name, answer.partition), *found, answer)
+        return True
+
+    def _on_fetched(self, key: TopicPartition, state: _State, partition: Partition, answer: Any) -> None:
+        code = answer.error.code
+        if code == "OFFSET_OUT_OF_RANGE":
+            if partition.log_end_offset < answer.log_start_offset:
+                partition.restart_at(answer.log_start_offset, state.leader_epoch)
+            else:
+                self._update(key, state.leader_epoch, truncating=True, asked_epoch=None)
+            return
+        if code:
+            self._on_error(key, state, code)
+            return
+        partition.append_as_follower(answer.records, answer.high_watermark, state.leader_epoch)
+
+    def _on_error(self, key: TopicPartition, state: _State, code: str) -> None:
+        self._errors += 1
+        if code in _WAIT_FOR_METADATA:
+            self._update(key, state.leader_epoch, waiting=True)
+        else:
+            logger.debug("fetcher %d <- %d: %s-%d: %s", self.broker_id, self.source_id, key[0], key[1], code or "?")
+
+
+class ReplicaFetcherManager:
+    """The fetcher threads of this broker, one per leader it follows partitions from."""
+
+    def __init__(
+        self, broker_id: int, replicas: ReplicaManager, config: BrokerConfig, broker_epoch: Callable[[], int]
+    ) -> None:
+        self.broker_id = broker_id
+        self._replicas = replicas
+        self._config = config
+        self._broker_epoch = broker_epoch
+        self._threads: dict[int, ReplicaFetcherThread] = {}
+
+    def update(self, image: MetadataImage) -> None:
+        """After a metadata change: each followed partition goes to its leader's thread (with its epoch)."""
+        wanted: dict[int, dict[TopicPartition, int]] = {}
+        for key, partition in self._replicas.partitions().items():
+            if partition.role is Role.FOLLOWER and partition.leader_id >= 0 and partition.leader_id != self.broker_id:
+                wanted.setdefault(partition.leader_id, {})[key] = partition.leader_epoch
+        for source_id in list(self._threads):
+            thread = self._threads[source_id]
+            if source_id not in wanted or thread.address != _address(image, source_id):
+                del self._threads[source_id]
+                thread.stop()
+        for source_id, partitions in wanted.items():
+            existing = self._threads.get(source_id)
+            address = _address(image, source_id)
+            if existing is None and address is not None:
+                existing = self._threads[source_id] = ReplicaFetcherThread(
+                    self.broker_id, source_id, address, self._replicas, self._config, self._broker_epoch
+                )
+                existing.start()
+            if existing is not None:
+                existing.assign(partitions)
+
+    def shutdown(self) -> None:
+        threads, self._threads = self._threads, {}
+        for thread in threads.values():
+            thread.stop()
+
+
+def _address(image: MetadataImage, broker_id: int) -> str | None:
+    broker = image.broker(broker_id)
+    if broker is None:
+        return None
+    endpoint = broker.endpoint(LISTENER) or (broker.endpoints[0] if broker.endpoints else None)
+    return None if endpoint is None else f"{endpoint.host}:{endpoint.port}"

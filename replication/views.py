@@ -1,0 +1,59 @@
+"""What a partition shows others: its role, the registration it follows, read answers and fetch positions."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from log.log import FetchData
+
+
+class Role(enum.StrEnum):
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    NONE = "none"  # opened from disk, no metadata about it yet
+
+
+class Registration(Protocol):
+    """What a partition needs of the metadata image's ``PartitionRegistration``."""
+
+    @property
+    def replicas(self) -> tuple[int, ...]: ...
+    @property
+    def isr(self) -> tuple[int, ...]: ...
+    @property
+    def leader(self) -> int: ...
+    @property
+    def leader_epoch(self) -> int: ...
+    @property
+    def partition_epoch(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRead:
+    """The answer to :meth:`Partition.read`: whole batches, unchanged, and the partition's offsets."""
+
+    data: FetchData
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    leader_epoch: int
+    high_watermark_moved: bool  # a follower's fetch moved the high watermark (complete delayed produces)
+
+    @property
+    def records(self) -> bytes:
+        return self.data.records
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPosition:
+    """How far readers may read: ``offset`` (HW for consumers, LEO for followers) and the count of bytes
+    appended up to it since the partition was opened (differences say how many bytes arrived)."""
+
+    role: Role
+    leader_epoch: int
+    offset: int
+    appended_bytes: int
+    log_start_offset: int
+    log_end_offset: int
