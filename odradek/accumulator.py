@@ -55,10 +55,12 @@ class RecordFuture(Future[RecordMetadata]):
 
     Creating and completing a future per record is a large part of a record's cost, so this class
     takes over three steps of :class:`concurrent.futures.Future` using its (CPython 3.11+) attributes:
-    ``__init__`` shares the batch's condition instead of building one, the ``_waiters`` and
-    ``_done_callbacks`` lists are only created when first used (most futures never get either; three
-    fewer objects per record for the garbage collector to track), and :func:`resolve_all` completes a
-    whole batch under one lock. tests/clients/test_accumulator.py checks the public behavior (result,
+    ``__init__`` shares the batch's condition instead of building one, the first callback is kept in
+    ``_callback`` and the ``_waiters`` and ``_done_callbacks`` lists are only created when first used
+    (``_lists`` says so; most futures get one callback and no waiter: fewer objects per record for the
+    garbage collector to track, and no instance ``__dict__`` is ever materialized), and
+    :func:`resolve_all` completes a whole batch under one lock and runs the single callbacks inline.
+    tests/clients/test_accumulator.py checks the public behavior (result,
     exception, callbacks, ``concurrent.futures.wait``) so a change in CPython shows up there.
     """
 
@@ -67,25 +69,28 @@ class RecordFuture(Future[RecordMetadata]):
         self._state = _PENDING
         self._result = None
         self._exception = None
+        self._callback: Callable[[Future[RecordMetadata]], object] | None = None  # the first callback
+        self._lists = False  # True once _waiters or _done_callbacks exists
 
     def __getattr__(self, name: str) -> Any:
         if name in _LAZY_LISTS:  # first use of _waiters or _done_callbacks
             created: list[Any] = []
-            self.__dict__[name] = created
+            setattr(self, name, created)
+            self._lists = True
             return created
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def add_done_callback(self, fn: Callable[[Future[RecordMetadata]], object]) -> None:
-        """As ``Future.add_done_callback`` (run at once if done), with the condition's C-level lock calls."""
+        """As ``Future.add_done_callback`` (run at once if done), with the condition's C-level lock calls.
+        The first callback is kept in a plain attribute (no list: one object less per record)."""
         condition = self._condition
         condition.acquire()
         try:
             if self._state != _FINISHED:
-                callbacks = self.__dict__.get("_done_callbacks")
-                if callbacks is None:
-                    self._done_callbacks = [fn]
+                if self._callback is None and not self._lists:
+                    self._callback = fn
                 else:
-                    callbacks.append(fn)
+                    self._done_callbacks.append(fn)
                 return
         finally:
             condition.release()
@@ -93,6 +98,21 @@ class RecordFuture(Future[RecordMetadata]):
             fn(self)
         except Exception:
             _futures_log.exception("exception calling callback for %r", self)
+
+    def _invoke_callbacks(self) -> None:
+        """Run the callbacks in the order they were added (the first one, then the list)."""
+        fn = self._callback
+        if fn is not None:
+            try:
+                fn(self)
+            except Exception:
+                _futures_log.exception("exception calling callback for %r", self)
+        if self._lists:
+            for fn in self._done_callbacks:
+                try:
+                    fn(self)
+                except Exception:
+                    _futures_log.exception("exception calling callback for %r", self)
 
     def cancel(self) -> bool:
         return False
@@ -114,7 +134,6 @@ def resolve_all(
 
     The same steps as ``Future.set_result`` / ``set_exception``, done for a whole batch under one lock.
     """
-    with_callbacks: list[RecordFuture] = []
     with condition:
         if results is None:
             for future in futures:
@@ -125,18 +144,24 @@ def resolve_all(
                 future._result = result
                 future._state = _FINISHED
         for future in futures:
-            extras = future.__dict__
-            if len(extras) > 4:  # a waiter or a callback was added (4: the attributes set by __init__)
-                for waiter in extras.get("_waiters", ()):
+            if future._lists:  # a waiter (concurrent.futures.wait) or a second callback was added
+                for waiter in future._waiters:
                     if results is None:
                         waiter.add_exception(future)
                     else:
                         waiter.add_result(future)
-                if extras.get("_done_callbacks"):
-                    with_callbacks.append(future)
         condition.notify_all()
-    for future in with_callbacks:
-        future._invoke_callbacks()
+    # The callbacks, outside the lock, in order; the common case (one callback) without a method call.
+    log = _futures_log
+    for future in futures:
+        fn = future._callback
+        if future._lists:
+            future._invoke_callbacks()
+        elif fn is not None:
+            try:
+                fn(future)
+            except Exception:
+                log.exception("exception calling callback for %r", future)
 
 
 class ProducerBatch:

@@ -142,7 +142,8 @@ class BatchBuilder:
         "_producer_id",
         "_producer_epoch",
         "_base_sequence",
-        "_parts",
+        "_buf",
+        "_invalid",
         "_next_offset_delta",
         "_skipped",
         "_base_timestamp",
@@ -177,7 +178,8 @@ class BatchBuilder:
         self._producer_id = producer_id
         self._producer_epoch = producer_epoch
         self._base_sequence = base_sequence
-        self._parts: list[bytes] = []
+        self._buf = bytearray()  # the encoded records (a bytearray: no object per record for the GC)
+        self._invalid = False  # a key, value or header value was not bytes: build() raises TypeError
         self._next_offset_delta = 0
         self._skipped = 0  # offset deltas left unused by append_with_offset_delta
         self._base_timestamp: int | None = None
@@ -204,35 +206,57 @@ class BatchBuilder:
         delta = self._next_offset_delta
         base = self._base_timestamp
         ts_delta = timestamp_ms - (timestamp_ms if base is None else base)
-        pieces: tuple[bytes, ...]
-        if value is not None and not headers:
-            try:  # table lookups; IndexError = a value too large for a table: the general path
-                head, size = _ATTRS_TS[(ts_delta << 1) ^ (ts_delta >> 63)]
-                vlen = len(value)
-                vpre, n = _VARINT[vlen << 1]
-                if key is None:
-                    od, m = _OFFSET_NULL_KEY[delta]
-                    size += m + n + vlen + 1
-                    prefix, p = _VARINT[size << 1]
-                    pieces = (prefix, head, od, vpre, value, _NO_HEADERS)
-                else:
-                    od, m = _VARINT[delta << 1]
-                    klen = len(key)
-                    kpre, k = _VARINT[klen << 1]
-                    size += m + k + klen + n + vlen + 1
-                    prefix, p = _VARINT[size << 1]
-                    pieces = (prefix, head, od, kpre, key, vpre, value, _NO_HEADERS)
-                size += p
-            except IndexError:
+        buf = self._buf
+        mark = len(buf)
+        try:  # a key, value or header value of the wrong type: TypeError, reported by build()
+            if value is not None and not headers:
+                try:  # table lookups; IndexError = a value too large for a table: the general path
+                    head, size = _ATTRS_TS[(ts_delta << 1) ^ (ts_delta >> 63)]
+                    vlen = len(value)
+                    vpre, n = _VARINT[vlen << 1]
+                    if key is None:
+                        od, m = _OFFSET_NULL_KEY[delta]
+                        size += m + n + vlen + 1
+                        prefix, p = _VARINT[size << 1]
+                        size += p
+                        # Written piece by piece into the bytearray: no tuple per record for the GC.
+                        buf += prefix
+                        buf += head
+                        buf += od
+                    else:
+                        od, m = _VARINT[delta << 1]
+                        klen = len(key)
+                        kpre, k = _VARINT[klen << 1]
+                        size += m + k + klen + n + vlen + 1
+                        prefix, p = _VARINT[size << 1]
+                        size += p
+                        buf += prefix
+                        buf += head
+                        buf += od
+                        buf += kpre
+                        buf += key
+                    buf += vpre
+                    buf += value
+                    buf += _NO_HEADERS
+                except IndexError:
+                    del buf[mark:]
+                    pieces, size = encode_record(ts_delta, delta, key, value, headers)
+                    for piece in pieces:
+                        buf += piece
+            else:
                 pieces, size = encode_record(ts_delta, delta, key, value, headers)
-        else:
-            pieces, size = encode_record(ts_delta, delta, key, value, headers)
+                for piece in pieces:
+                    buf += piece
+        except TypeError:
+            if len(buf) == mark:
+                raise  # raised before anything was written: a bad argument, nothing to undo
+            del buf[mark:]  # a piece that is not bytes-like: the record counts, build() raises
+            self._invalid = True
         # Only now, with the record encoded, does the builder change: a rejected record leaves no trace.
         if timestamp_ms > self._max_timestamp:
             self._max_timestamp = timestamp_ms
             if base is None:
                 self._base_timestamp = timestamp_ms
-        self._parts += pieces
         self._size += size
         self._next_offset_delta = delta + 1
         return delta
@@ -267,11 +291,10 @@ class BatchBuilder:
         if self.record_count == 0 or self._base_timestamp is None:
             raise ValueError("cannot build an empty record batch")
         self._built = True
-        try:
-            records = b"".join(self._parts)
-        except TypeError:
-            raise TypeError("record keys, values and header values must be bytes or None") from None
-        self._parts = []
+        if self._invalid:
+            raise TypeError("record keys, values and header values must be bytes or None")
+        records = bytes(self._buf)
+        self._buf = bytearray()
         return assemble_batch(
             records,
             compression=self._compression,
