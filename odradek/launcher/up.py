@@ -26,7 +26,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -288,7 +288,8 @@ class Up:
     def status_lines(self, active: int) -> list[str]:
         took = time.monotonic() - self.started
         lines = [
-            f"Odradek cluster ready in {took:.1f} s: {len(self.controllers)} controllers, {len(self.brokers)} brokers, "
+            f"Odradek cluster ready in {took:.1f} s: {_count(self.controllers, 'controller')}, "
+            f"{_count(self.brokers, 'broker')}, "
             f"data in {self.plan.root}",
             f"Bootstrap servers: {self.plan.bootstrap_servers}",
         ]
@@ -342,7 +343,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_cluster(up: Up, restart: bool) -> int:
     what = "restarting the cluster in" if restart else "starting a new cluster in"
-    print(f"odradek up: {what} {up.plan.root} ({len(up.controllers)} controllers, {len(up.brokers)} brokers)",
+    print(f"odradek up: {what} {up.plan.root} ({_count(up.controllers, 'controller')}, "
+          f"{_count(up.brokers, 'broker')})",
           file=sys.stderr, flush=True)  # fmt: skip
     previous = {s: signal.signal(s, up.on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -358,3 +360,8 @@ def _run_cluster(up: Up, restart: bool) -> int:
             signal.signal(signum, handler)
     print("odradek up: stopped", file=sys.stderr, flush=True)
     return status
+
+
+def _count(items: Sized, noun: str) -> str:
+    """``1 broker``, ``3 brokers``."""
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
