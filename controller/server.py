@@ -36,7 +36,7 @@ from controller.configs import ControllerConfig
 from controller.core import Command, ControllerCore
 from controller.image import MetadataDelta, MetadataImage
 from controller.quorum import ApplyEvent, MetadataQuorum, NotActiveError, QuorumTuning, RecordsApplied
-from controller.raft.state import NOT_CONTROLLER, REQUEST_TIMED_OUT, NeedsSnapshot
+from controller.raft.state import NOT_CONTROLLER, REQUEST_TIMED_OUT, UNEXPECTED_BASE_OFFSET, NeedsSnapshot
 from controller.records import (
     BrokerControlledShutdown,
     FenceBroker,
@@ -357,12 +357,16 @@ class ControllerServer:
                 raise Unanswered(REQUEST_TIMED_OUT, "the request timed out before its records were appended")
             payloads = [encode_record(r) for r in command]
             try:
-                result = self.quorum.append(payloads, timeout_s=max(0.001, deadline - time.monotonic()))
+                result = self.quorum.append(
+                    payloads, timeout_s=max(0.001, deadline - time.monotonic()), expected_base_offset=expected + 1
+                )
             except NotActiveError as exc:
                 raise Unanswered(NOT_CONTROLLER, str(exc)) from None
             if not result.ok:
                 if result.error == REQUEST_TIMED_OUT:
                     self._settle()
+                if result.error == UNEXPECTED_BASE_OFFSET:  # the log moved under this decision: decide again
+                    raise Unanswered(NOT_CONTROLLER, "the metadata log moved while the request was decided; retry")
                 raise Unanswered(result.error or "UNKNOWN_SERVER_ERROR", "the metadata records were not committed")
             assert result.base_offset == expected + 1, (result, expected)
             expected = result.last_offset

@@ -24,7 +24,9 @@ ROLES = {0: "follower", 1: "candidate", 2: "leader"}  # pysyncobj's _RAFT_STATE 
 class Applier(Protocol):
     """Applies committed commands (on the Raft thread)."""
 
-    def apply_append(self, request_id: bytes, term: int, payloads: list[bytes]) -> AppendResult: ...
+    def apply_append(
+        self, request_id: bytes, term: int, payloads: list[bytes], expected_base_offset: int = -1
+    ) -> AppendResult: ...
 
     def apply_leader_change(self, term: int, node_id: int, payload: bytes) -> AppendResult: ...
 
@@ -52,8 +54,10 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         super().__init__(address, partners, conf, transportClass=transport)
 
     @_replicated
-    def rep_append(self, request_id: bytes, term: int, payloads: list[bytes]) -> AppendResult:
-        return self._applier.apply_append(request_id, term, payloads)
+    def rep_append(
+        self, request_id: bytes, term: int, payloads: list[bytes], expected_base_offset: int = -1
+    ) -> AppendResult:
+        return self._applier.apply_append(request_id, term, payloads, expected_base_offset)
 
     @_replicated
     def rep_leader_change(self, term: int, node_id: int, payload: bytes) -> AppendResult:

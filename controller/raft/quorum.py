@@ -343,12 +343,14 @@ class MetadataQuorum:
 
     # --- applying committed commands (Raft thread, called by pysyncobj) ---------------------------
 
-    def _apply_append(self, request_id: bytes, term: int, payloads: list[bytes]) -> AppendResult:
+    def _apply_append(
+        self, request_id: bytes, term: int, payloads: list[bytes], expected_base_offset: int = -1
+    ) -> AppendResult:
         self._raise_if_fatal()
         with self._cond:
             before = self._state.end_offset
             try:
-                result = self._state.apply_append(request_id, term, payloads)
+                result = self._state.apply_append(request_id, term, payloads, expected_base_offset)
             except Exception as e:
                 self._fatal = e
                 raise _FatalError("fold failed") from e
@@ -413,7 +415,9 @@ class MetadataQuorum:
 
     # --- appending -------------------------------------------------------------------------------
 
-    def append(self, payloads: Sequence[bytes], *, timeout_s: float) -> AppendResult:
+    def append(
+        self, payloads: Sequence[bytes], *, timeout_s: float, expected_base_offset: int = -1
+    ) -> AppendResult:
         """Commit ``payloads`` as consecutive records; returns once they are committed and applied here.
 
         Raises :class:`NotActiveError` (nothing proposed) unless this node is the active controller, and
@@ -421,7 +425,8 @@ class MetadataQuorum:
         ``NOT_CONTROLLER``: fenced, nothing was written, because the term this call stamped is no longer
         the active one (this node was deposed, perhaps re-elected since in a newer term: reload the
         image from the log before deciding again); or ``REQUEST_TIMED_OUT``: the outcome is unknown,
-        the records may still commit (a later reader sees them in the log).
+        the records may still commit (a later reader sees them in the log); or ``UNEXPECTED_BASE_OFFSET``:
+        ``expected_base_offset`` (>= 0) was given and the log no longer ended there (nothing written).
         """
         batch = self._check_batch(payloads)
         if threading.current_thread() is self._thread:
@@ -433,11 +438,13 @@ class MetadataQuorum:
         if not self._in_flight.acquire(timeout=max(0.0, timeout_s)):
             return AppendResult.failure(REQUEST_TIMED_OUT)
         try:
-            return self._propose_until_decided(os.urandom(16), term, batch, deadline)
+            return self._propose_until_decided(os.urandom(16), term, batch, deadline, expected_base_offset)
         finally:
             self._in_flight.release()
 
-    def _propose_until_decided(self, request_id: bytes, term: int, batch: list[bytes], deadline: float) -> AppendResult:
+    def _propose_until_decided(
+        self, request_id: bytes, term: int, batch: list[bytes], deadline: float, expected_base_offset: int
+    ) -> AppendResult:
         """Propose, and propose again under the same request id until an answer or the deadline.
 
         pysyncobj answers nearly every proposal eventually (applied, discarded, leader changed), so a
@@ -453,7 +460,7 @@ class MetadataQuorum:
             with self._calls_lock:
                 self._calls.add(call)
             try:
-                self._raft.rep_append(request_id, term, batch, callback=call.done)
+                self._raft.rep_append(request_id, term, batch, expected_base_offset, callback=call.done)
                 self.proposals += 1
                 answered = call.event.wait(min(remaining, wait_s))
             finally:
@@ -579,8 +586,10 @@ class _Applier:
     def __init__(self, quorum: MetadataQuorum) -> None:
         self._quorum = quorum
 
-    def apply_append(self, request_id: bytes, term: int, payloads: list[bytes]) -> AppendResult:
-        return self._quorum._apply_append(request_id, term, payloads)
+    def apply_append(
+        self, request_id: bytes, term: int, payloads: list[bytes], expected_base_offset: int = -1
+    ) -> AppendResult:
+        return self._quorum._apply_append(request_id, term, payloads, expected_base_offset)
 
     def apply_leader_change(self, term: int, node_id: int, payload: bytes) -> AppendResult:
         return self._quorum._apply_leader_change(term, node_id, payload)

@@ -12,7 +12,8 @@ Commands and their rules
 - L2. Any other marker (same or older term: a retry, or a deposed leader's marker committed late) is a
   no-op answered ``FENCED_LEADER_EPOCH``.
 
-``apply_append(request_id, term, payloads)`` — records proposed by the active controller.
+``apply_append(request_id, term, payloads, expected_base_offset=-1)`` — records proposed by the active
+controller.
 
 - A1 (exactly once). A request id already in the de-duplication window returns the result its first
   application produced, and changes nothing. The window holds the last ``dedup_window`` request ids in
@@ -22,6 +23,9 @@ Commands and their rules
   marker (no voter ever saw that proposer become active). Before any marker every append is rejected.
 - A3. Otherwise its payloads become records at ``end_offset ..`` in order, stamped with ``term``.
 - A4. Malformed commands (wrong types, empty payload list) are no-ops answered ``INVALID_REQUEST``.
+- A5 (atomic append at an expected offset, KRaft's ``scheduleAtomicAppend``). A command that names an
+  ``expected_base_offset`` (>= 0) other than ``end_offset`` is a no-op answered ``UNEXPECTED_BASE_OFFSET``:
+  the decision behind it was made on an image the log has since moved past.
 
 Trimming (after each command): when more than ``max_records_before_snapshot`` records are held, the oldest
 are folded into the snapshot by the caller's deterministic ``fold`` until ``records_kept_after_snapshot``
@@ -52,6 +56,7 @@ NOT_CONTROLLER = "NOT_CONTROLLER"
 FENCED_LEADER_EPOCH = "FENCED_LEADER_EPOCH"
 INVALID_REQUEST = "INVALID_REQUEST"
 REQUEST_TIMED_OUT = "REQUEST_TIMED_OUT"
+UNEXPECTED_BASE_OFFSET = "UNEXPECTED_BASE_OFFSET"
 
 MAX_REQUEST_ID_BYTES = 64
 
@@ -210,27 +215,33 @@ class MetadataLogState:
         self._maybe_fold()
         return AppendResult(ok=True, base_offset=offset, last_offset=offset)
 
-    def apply_append(self, request_id: bytes, term: int, payloads: Sequence[bytes]) -> AppendResult:
-        """Rules A1-A4 (module docstring)."""
+    def apply_append(
+        self, request_id: bytes, term: int, payloads: Sequence[bytes], expected_base_offset: int = -1
+    ) -> AppendResult:
+        """Rules A1-A5 (module docstring)."""
         if not isinstance(request_id, bytes) or not 1 <= len(request_id) <= MAX_REQUEST_ID_BYTES:
             return AppendResult.failure(INVALID_REQUEST)
         seen = self._dedup.get(request_id)
         if seen is not None:
             return seen
-        result = self._append(term, payloads)
+        result = self._append(term, payloads, expected_base_offset)
         self._remember(request_id, result)
         if result.ok:
             self._maybe_fold()
         return result
 
-    def _append(self, term: int, payloads: Sequence[bytes]) -> AppendResult:
-        if not _is_int(term) or not isinstance(payloads, list | tuple) or not payloads:
+    def _append(self, term: int, payloads: Sequence[bytes], expected_base_offset: int) -> AppendResult:
+        if not _is_int(term) or not _is_int(expected_base_offset):
+            return AppendResult.failure(INVALID_REQUEST)
+        if not isinstance(payloads, list | tuple) or not payloads:
             return AppendResult.failure(INVALID_REQUEST)
         if not all(isinstance(p, bytes) for p in payloads):
             return AppendResult.failure(INVALID_REQUEST)
         if self._term == 0 or term != self._term:
             return AppendResult.failure(NOT_CONTROLLER)
         base = self.end_offset
+        if expected_base_offset >= 0 and expected_base_offset != base:
+            return AppendResult.failure(UNEXPECTED_BASE_OFFSET)
         self._records.extend(LogEntry(base + i, term, p) for i, p in enumerate(payloads))
         return AppendResult(ok=True, base_offset=base, last_offset=base + len(payloads) - 1)
 

@@ -14,6 +14,7 @@ from controller.raft.state import (
     FENCED_LEADER_EPOCH,
     INVALID_REQUEST,
     NOT_CONTROLLER,
+    UNEXPECTED_BASE_OFFSET,
     AppendResult,
     LogEntry,
     MetadataLogState,
@@ -96,6 +97,20 @@ def test_append_with_an_older_or_unmarked_term_is_a_no_op() -> None:
     assert state.apply_leader_change(6, 2, b"LC6").ok
     assert state.apply_append(b"late", 5, [b"y"]) == AppendResult.failure(NOT_CONTROLLER)
     assert payloads(state) == [b"LC", b"x", b"LC6"]
+
+
+def test_append_at_an_unexpected_base_offset_is_a_no_op() -> None:
+    """A5: a command that names the offset its decision assumed is written only if the log still ends there
+    (KRaft's scheduleAtomicAppend); a retry under the same id keeps that first answer (A1)."""
+    state = with_marker(term=5)
+    end = state.end_offset
+    assert state.apply_append(b"a", 5, [b"x"], end).ok
+    stale = state.apply_append(b"b", 5, [b"y"], end)  # decided on the image before "a"
+    assert stale == AppendResult.failure(UNEXPECTED_BASE_OFFSET)
+    assert state.apply_append(b"b", 5, [b"y"], end + 1) == stale
+    assert state.apply_append(b"c", 5, [b"z"], end + 1).ok
+    assert state.apply_append(b"d", 5, [b"w"]).ok  # no expectation: no check
+    assert payloads(state) == [b"LC", b"x", b"z", b"w"]
 
 
 def test_leader_change_with_newer_term_becomes_a_record_and_the_active_epoch() -> None:
