@@ -19,9 +19,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import IO
+from typing import IO, TypeVar
 
 from controller.quorum_node import free_ports
+
+T = TypeVar("T")
 
 START_TIMEOUT_S = 30.0
 
@@ -162,13 +164,15 @@ class LocalQuorum:
         self.close()
 
 
-def wait_until(predicate: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.02) -> None:
-    """Poll ``predicate()`` until true; ``TimeoutError`` naming ``what`` after ``timeout_s``."""
+def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.02) -> T:
+    """Poll ``predicate()`` until it returns something true, and return that; ``TimeoutError`` naming
+    ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
-    while not predicate():
+    while not (value := predicate()):
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+    return value
 
 
 def addresses_of(quorum: LocalQuorum, ids: Sequence[int] | None = None) -> list[str]:

@@ -37,10 +37,8 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
@@ -49,6 +47,8 @@ from typing import Any
 
 import grpc
 
+from controller.launcher import wait_until as wait_for
+from controller.quorum_node import free_ports
 from proto import broker_pb2, broker_pb2_grpc, controller_pb2, controller_pb2_grpc
 
 READY_TIMEOUT_S = 60.0
@@ -60,30 +60,6 @@ MAX_MESSAGE_BYTES = 128 << 20
 def odradek_command() -> list[str]:
     override = os.environ.get("ODRADEK_TEST_COMMAND", "").split()
     return override or [sys.executable, "-m", "odradek.cli"]
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel just handed out on 127.0.0.1 (free unless someone grabs them meanwhile)."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """Poll ``predicate`` until it returns something true (returned), or fail naming ``what``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.02)
 
 
 class Proc:

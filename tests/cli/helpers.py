@@ -14,11 +14,11 @@ import random
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from controller.launcher import wait_until as wait_for
 from odradek.launcher.children import pid_alive, ports_in_use
 from odradek.launcher.plan import plan_cluster
 
@@ -54,17 +54,6 @@ def odradek(
         [sys.executable, "-m", "odradek.cli", *args], input=input, capture_output=True, env=dict(env),
         timeout=timeout_s, check=False,
     )  # fmt: skip
-
-
-def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(interval_s)
 
 
 class UpProcess:
