@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev
+EXTRAS ?= dev,spark
 
 .PHONY: up test lint typecheck pytest install bench clean
 

@@ -369,3 +369,302 @@ class OffsetsForLeaderEpochResponse(_message.Message):
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[OffsetForLeaderPartitionResult]
     def __init__(self, partitions: _Optional[_Iterable[_Union[OffsetForLeaderPartitionResult, _Mapping]]] = ...) -> None: ...
+
+class InitProducerIdRequest(_message.Message):
+    __slots__ = ("transactional_id", "transaction_timeout_ms", "producer_id", "producer_epoch")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    transaction_timeout_ms: int
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, transactional_id: _Optional[str] = ..., transaction_timeout_ms: _Optional[int] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+
+class InitProducerIdResponse(_message.Message):
+    __slots__ = ("error", "producer_id", "producer_epoch")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    error: _common_pb2.Error
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+
+class TopicPartitions(_message.Message):
+    __slots__ = ("topic", "partitions")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class FindCoordinatorRequest(_message.Message):
+    __slots__ = ("key_type", "keys")
+    KEY_TYPE_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    key_type: int
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, key_type: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class FindCoordinatorResponse(_message.Message):
+    __slots__ = ("coordinators",)
+    class Coordinator(_message.Message):
+        __slots__ = ("key", "node_id", "address", "error")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        NODE_ID_FIELD_NUMBER: _ClassVar[int]
+        ADDRESS_FIELD_NUMBER: _ClassVar[int]
+        ERROR_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        node_id: int
+        address: str
+        error: _common_pb2.Error
+        def __init__(self, key: _Optional[str] = ..., node_id: _Optional[int] = ..., address: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
+    COORDINATORS_FIELD_NUMBER: _ClassVar[int]
+    coordinators: _containers.RepeatedCompositeFieldContainer[FindCoordinatorResponse.Coordinator]
+    def __init__(self, coordinators: _Optional[_Iterable[_Union[FindCoordinatorResponse.Coordinator, _Mapping]]] = ...) -> None: ...
+
+class ConsumerGroupHeartbeatRequest(_message.Message):
+    __slots__ = ("group_id", "member_id", "member_epoch", "instance_id", "rack_id", "rebalance_timeout_ms", "subscribed_topic_names", "subscription_changed", "subscribed_topic_regex", "server_assignor", "owned_partitions", "owned_partitions_sent", "client_id", "client_host", "session_timeout_ms")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    RACK_ID_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBED_TOPIC_NAMES_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBED_TOPIC_REGEX_FIELD_NUMBER: _ClassVar[int]
+    SERVER_ASSIGNOR_FIELD_NUMBER: _ClassVar[int]
+    OWNED_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    OWNED_PARTITIONS_SENT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str
+    rack_id: str
+    rebalance_timeout_ms: int
+    subscribed_topic_names: _containers.RepeatedScalarFieldContainer[str]
+    subscription_changed: bool
+    subscribed_topic_regex: str
+    server_assignor: str
+    owned_partitions: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    owned_partitions_sent: bool
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., rack_id: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., subscribed_topic_names: _Optional[_Iterable[str]] = ..., subscription_changed: _Optional[bool] = ..., subscribed_topic_regex: _Optional[str] = ..., server_assignor: _Optional[str] = ..., owned_partitions: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., owned_partitions_sent: _Optional[bool] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., session_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class ConsumerGroupHeartbeatResponse(_message.Message):
+    __slots__ = ("error", "member_id", "member_epoch", "heartbeat_interval_ms", "has_assignment", "assignment")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    HAS_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    error: _common_pb2.Error
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    has_assignment: bool
+    assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., has_assignment: _Optional[bool] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
+
+class OffsetCommitRequest(_message.Message):
+    __slots__ = ("group_id", "member_epoch", "member_id", "instance_id", "topics")
+    class Partition(_message.Message):
+        __slots__ = ("partition", "committed_offset", "committed_leader_epoch", "committed_metadata")
+        PARTITION_FIELD_NUMBER: _ClassVar[int]
+        COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+        COMMITTED_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+        COMMITTED_METADATA_FIELD_NUMBER: _ClassVar[int]
+        partition: int
+        committed_offset: int
+        committed_leader_epoch: int
+        committed_metadata: str
+        def __init__(self, partition: _Optional[int] = ..., committed_offset: _Optional[int] = ..., committed_leader_epoch: _Optional[int] = ..., committed_metadata: _Optional[str] = ...) -> None: ...
+    class Topic(_message.Message):
+        __slots__ = ("name", "partitions")
+        NAME_FIELD_NUMBER: _ClassVar[int]
+        PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+        name: str
+        partitions: _containers.RepeatedCompositeFieldContainer[OffsetCommitRequest.Partition]
+        def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[OffsetCommitRequest.Partition, _Mapping]]] = ...) -> None: ...
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    member_epoch: int
+    member_id: str
+    instance_id: str
+    topics: _containers.RepeatedCompositeFieldContainer[OffsetCommitRequest.Topic]
+    def __init__(self, group_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[OffsetCommitRequest.Topic, _Mapping]]] = ...) -> None: ...
+
+class OffsetCommitResponse(_message.Message):
+    __slots__ = ("error", "topics")
+    class Partition(_message.Message):
+        __slots__ = ("partition", "error")
+        PARTITION_FIELD_NUMBER: _ClassVar[int]
+        ERROR_FIELD_NUMBER: _ClassVar[int]
+        partition: int
+        error: _common_pb2.Error
+        def __init__(self, partition: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
+    class Topic(_message.Message):
+        __slots__ = ("name", "partitions")
+        NAME_FIELD_NUMBER: _ClassVar[int]
+        PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+        name: str
+        partitions: _containers.RepeatedCompositeFieldContainer[OffsetCommitResponse.Partition]
+        def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[OffsetCommitResponse.Partition, _Mapping]]] = ...) -> None: ...
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    error: _common_pb2.Error
+    topics: _containers.RepeatedCompositeFieldContainer[OffsetCommitResponse.Topic]
+    def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[OffsetCommitResponse.Topic, _Mapping]]] = ...) -> None: ...
+
+class OffsetFetchRequest(_message.Message):
+    __slots__ = ("group_id", "member_id", "member_epoch", "topics", "require_stable")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_STABLE_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    member_id: str
+    member_epoch: int
+    topics: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    require_stable: bool
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., require_stable: _Optional[bool] = ...) -> None: ...
+
+class OffsetFetchResponse(_message.Message):
+    __slots__ = ("error", "topics")
+    class Partition(_message.Message):
+        __slots__ = ("partition", "committed_offset", "committed_leader_epoch", "metadata", "error")
+        PARTITION_FIELD_NUMBER: _ClassVar[int]
+        COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+        COMMITTED_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+        METADATA_FIELD_NUMBER: _ClassVar[int]
+        ERROR_FIELD_NUMBER: _ClassVar[int]
+        partition: int
+        committed_offset: int
+        committed_leader_epoch: int
+        metadata: str
+        error: _common_pb2.Error
+        def __init__(self, partition: _Optional[int] = ..., committed_offset: _Optional[int] = ..., committed_leader_epoch: _Optional[int] = ..., metadata: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
+    class Topic(_message.Message):
+        __slots__ = ("name", "partitions")
+        NAME_FIELD_NUMBER: _ClassVar[int]
+        PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+        name: str
+        partitions: _containers.RepeatedCompositeFieldContainer[OffsetFetchResponse.Partition]
+        def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[OffsetFetchResponse.Partition, _Mapping]]] = ...) -> None: ...
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    error: _common_pb2.Error
+    topics: _containers.RepeatedCompositeFieldContainer[OffsetFetchResponse.Topic]
+    def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[OffsetFetchResponse.Topic, _Mapping]]] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ("states_filter",)
+    STATES_FILTER_FIELD_NUMBER: _ClassVar[int]
+    states_filter: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, states_filter: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("error", "groups")
+    class Group(_message.Message):
+        __slots__ = ("group_id", "state", "group_type", "protocol_type")
+        GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+        STATE_FIELD_NUMBER: _ClassVar[int]
+        GROUP_TYPE_FIELD_NUMBER: _ClassVar[int]
+        PROTOCOL_TYPE_FIELD_NUMBER: _ClassVar[int]
+        group_id: str
+        state: str
+        group_type: str
+        protocol_type: str
+        def __init__(self, group_id: _Optional[str] = ..., state: _Optional[str] = ..., group_type: _Optional[str] = ..., protocol_type: _Optional[str] = ...) -> None: ...
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    error: _common_pb2.Error
+    groups: _containers.RepeatedCompositeFieldContainer[ListGroupsResponse.Group]
+    def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[ListGroupsResponse.Group, _Mapping]]] = ...) -> None: ...
+
+class ConsumerGroupDescribeRequest(_message.Message):
+    __slots__ = ("group_ids",)
+    GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
+    group_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ConsumerGroupDescribeResponse(_message.Message):
+    __slots__ = ("groups",)
+    class Member(_message.Message):
+        __slots__ = ("member_id", "instance_id", "rack_id", "member_epoch", "client_id", "client_host", "subscribed_topic_names", "subscribed_topic_regex", "assignment", "target_assignment", "state")
+        MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+        INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+        RACK_ID_FIELD_NUMBER: _ClassVar[int]
+        MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+        CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+        CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
+        SUBSCRIBED_TOPIC_NAMES_FIELD_NUMBER: _ClassVar[int]
+        SUBSCRIBED_TOPIC_REGEX_FIELD_NUMBER: _ClassVar[int]
+        ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+        TARGET_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+        STATE_FIELD_NUMBER: _ClassVar[int]
+        member_id: str
+        instance_id: str
+        rack_id: str
+        member_epoch: int
+        client_id: str
+        client_host: str
+        subscribed_topic_names: _containers.RepeatedScalarFieldContainer[str]
+        subscribed_topic_regex: str
+        assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+        target_assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+        state: str
+        def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., rack_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., subscribed_topic_names: _Optional[_Iterable[str]] = ..., subscribed_topic_regex: _Optional[str] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., target_assignment: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., state: _Optional[str] = ...) -> None: ...
+    class Group(_message.Message):
+        __slots__ = ("error", "group_id", "group_state", "group_epoch", "assignment_epoch", "assignor_name", "members")
+        ERROR_FIELD_NUMBER: _ClassVar[int]
+        GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+        GROUP_STATE_FIELD_NUMBER: _ClassVar[int]
+        GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+        ASSIGNMENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+        ASSIGNOR_NAME_FIELD_NUMBER: _ClassVar[int]
+        MEMBERS_FIELD_NUMBER: _ClassVar[int]
+        error: _common_pb2.Error
+        group_id: str
+        group_state: str
+        group_epoch: int
+        assignment_epoch: int
+        assignor_name: str
+        members: _containers.RepeatedCompositeFieldContainer[ConsumerGroupDescribeResponse.Member]
+        def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., group_id: _Optional[str] = ..., group_state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., members: _Optional[_Iterable[_Union[ConsumerGroupDescribeResponse.Member, _Mapping]]] = ...) -> None: ...
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[ConsumerGroupDescribeResponse.Group]
+    def __init__(self, groups: _Optional[_Iterable[_Union[ConsumerGroupDescribeResponse.Group, _Mapping]]] = ...) -> None: ...
+
+class DeleteGroupsRequest(_message.Message):
+    __slots__ = ("group_ids",)
+    GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
+    group_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeleteGroupsResponse(_message.Message):
+    __slots__ = ("results",)
+    class Result(_message.Message):
+        __slots__ = ("group_id", "error")
+        GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+        ERROR_FIELD_NUMBER: _ClassVar[int]
+        group_id: str
+        error: _common_pb2.Error
+        def __init__(self, group_id: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[DeleteGroupsResponse.Result]
+    def __init__(self, results: _Optional[_Iterable[_Union[DeleteGroupsResponse.Result, _Mapping]]] = ...) -> None: ...

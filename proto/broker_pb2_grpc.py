@@ -95,6 +95,46 @@ class BrokerStub:
                 request_serializer=proto_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
                 response_deserializer=proto_dot_controller__pb2.ElectLeadersResponse.FromString,
                 _registered_method=True)
+        self.InitProducerId = channel.unary_unary(
+                '/odradek.broker.Broker/InitProducerId',
+                request_serializer=proto_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.InitProducerIdResponse.FromString,
+                _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/odradek.broker.Broker/FindCoordinator',
+                request_serializer=proto_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
+        self.ConsumerGroupHeartbeat = channel.unary_unary(
+                '/odradek.broker.Broker/ConsumerGroupHeartbeat',
+                request_serializer=proto_dot_broker__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.ConsumerGroupHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.OffsetCommit = channel.unary_unary(
+                '/odradek.broker.Broker/OffsetCommit',
+                request_serializer=proto_dot_broker__pb2.OffsetCommitRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.OffsetFetch = channel.unary_unary(
+                '/odradek.broker.Broker/OffsetFetch',
+                request_serializer=proto_dot_broker__pb2.OffsetFetchRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.OffsetFetchResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/odradek.broker.Broker/ListGroups',
+                request_serializer=proto_dot_broker__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.ConsumerGroupDescribe = channel.unary_unary(
+                '/odradek.broker.Broker/ConsumerGroupDescribe',
+                request_serializer=proto_dot_broker__pb2.ConsumerGroupDescribeRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.ConsumerGroupDescribeResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroups = channel.unary_unary(
+                '/odradek.broker.Broker/DeleteGroups',
+                request_serializer=proto_dot_broker__pb2.DeleteGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.DeleteGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -177,6 +217,58 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitProducerId(self, request, context):
+        """Idempotent producers: a producer id and epoch (ids come to brokers in blocks from the controller).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FindCoordinator(self, request, context):
+        """Consumer groups. The coordinator of a group is the leader of __consumer_offsets partition
+        hash(group_id) % offsets.topic.num.partitions; every other group call goes to it (else NOT_COORDINATOR).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConsumerGroupHeartbeat(self, request, context):
+        """Membership, incremental and server-side as in KIP-848.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetFetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConsumerGroupDescribe(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -239,6 +331,46 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ElectLeaders,
                     request_deserializer=proto_dot_controller__pb2.ElectLeadersRequest.FromString,
                     response_serializer=proto_dot_controller__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'InitProducerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducerId,
+                    request_deserializer=proto_dot_broker__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=proto_dot_broker__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'ConsumerGroupHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerGroupHeartbeat,
+                    request_deserializer=proto_dot_broker__pb2.ConsumerGroupHeartbeatRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.ConsumerGroupHeartbeatResponse.SerializeToString,
+            ),
+            'OffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetCommit,
+                    request_deserializer=proto_dot_broker__pb2.OffsetCommitRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'OffsetFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetFetch,
+                    request_deserializer=proto_dot_broker__pb2.OffsetFetchRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=proto_dot_broker__pb2.ListGroupsRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'ConsumerGroupDescribe': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerGroupDescribe,
+                    request_deserializer=proto_dot_broker__pb2.ConsumerGroupDescribeRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.ConsumerGroupDescribeResponse.SerializeToString,
+            ),
+            'DeleteGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroups,
+                    request_deserializer=proto_dot_broker__pb2.DeleteGroupsRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.DeleteGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -565,6 +697,222 @@ class Broker:
             '/odradek.broker.Broker/ElectLeaders',
             proto_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
             proto_dot_controller__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/InitProducerId',
+            proto_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
+            proto_dot_broker__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/FindCoordinator',
+            proto_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
+            proto_dot_broker__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerGroupHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/ConsumerGroupHeartbeat',
+            proto_dot_broker__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+            proto_dot_broker__pb2.ConsumerGroupHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/OffsetCommit',
+            proto_dot_broker__pb2.OffsetCommitRequest.SerializeToString,
+            proto_dot_broker__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/OffsetFetch',
+            proto_dot_broker__pb2.OffsetFetchRequest.SerializeToString,
+            proto_dot_broker__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/ListGroups',
+            proto_dot_broker__pb2.ListGroupsRequest.SerializeToString,
+            proto_dot_broker__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerGroupDescribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/ConsumerGroupDescribe',
+            proto_dot_broker__pb2.ConsumerGroupDescribeRequest.SerializeToString,
+            proto_dot_broker__pb2.ConsumerGroupDescribeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/DeleteGroups',
+            proto_dot_broker__pb2.DeleteGroupsRequest.SerializeToString,
+            proto_dot_broker__pb2.DeleteGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
