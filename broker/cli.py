@@ -5,8 +5,21 @@
 
 ``--controllers`` lists Controller gRPC addresses (any subset works: NOT_CONTROLLER hints lead to the
 active one). ``--advertised`` is what clients are told to connect to (default: ``--listen``; required when
-``--listen`` binds a wildcard address). ``--config`` takes Kafka's broker config names (``broker.config``
-lists them); an unknown key is an error that names it.
+``--listen`` binds a wildcard address).
+
+Named listeners, as Kafka's ``listeners`` / ``advertised.listeners``: both options also take a list
+``NAME://HOST:PORT,...`` (a bare ``HOST:PORT`` is ``PLAINTEXT://HOST:PORT``), e.g.::
+
+    --listen PLAINTEXT://0.0.0.0:19092,EXTERNAL://0.0.0.0:9092 \\
+    --advertised PLAINTEXT://broker-1:19092,EXTERNAL://localhost:9092
+
+Each listener is served on its own address, and Metadata answers with every broker's endpoint of the
+listener the request came in on. ``PLAINTEXT`` is the inter-broker listener (Kafka's default
+``inter.broker.listener.name``): followers fetch from leaders through it, so it must be listed. A listener
+missing from ``--advertised`` advertises its ``--listen`` address.
+
+``--config`` takes Kafka's broker config names (``broker.config`` lists them); an unknown key is an error
+that names it.
 
 Once the controller has unfenced the broker it prints one line, ``odradek broker ID ready on ...``; it
 stops cleanly on SIGTERM or SIGINT (controlled shutdown, then every log flushed and closed) and exits 0.
@@ -21,6 +34,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -29,6 +43,8 @@ from typing import Any
 from odradek.errors import CliError
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+LISTENER = "PLAINTEXT"  # broker.lifecycle.LISTENER, the inter-broker listener (not imported: it pulls in grpc)
+LISTENER_NAME = re.compile(r"[A-Z0-9_]+")
 
 
 def add_broker_parser(commands: Any) -> None:
@@ -38,8 +54,12 @@ def add_broker_parser(commands: Any) -> None:
         description="Run one broker: partition logs served over the Broker gRPC API.",
     )
     parser.add_argument("--node-id", type=int, required=True, help="this broker's id (>= 0)")
-    parser.add_argument("--listen", required=True, metavar="HOST:PORT", help="Broker gRPC address to bind")
-    parser.add_argument("--advertised", metavar="HOST:PORT", help="address clients connect to (default: --listen)")
+    parser.add_argument(
+        "--listen", required=True, metavar="HOST:PORT", help="Broker gRPC address to bind, or NAME://HOST:PORT,..."
+    )
+    parser.add_argument(
+        "--advertised", metavar="HOST:PORT", help="address clients connect to (default: --listen), or NAME://..."
+    )
     parser.add_argument("--controllers", required=True, metavar="HOST:PORT,...", help="Controller gRPC addresses")
     parser.add_argument("--data-dir", required=True, metavar="DIR", help="where partition logs live")
     parser.add_argument(
@@ -56,6 +76,47 @@ def parse_address(text: str, what: str) -> str:
     return text.strip()
 
 
+def parse_listeners(text: str, option: str) -> dict[str, str]:
+    """``NAME://HOST:PORT,...`` (or a bare ``HOST:PORT``, the PLAINTEXT listener) as ``{NAME: HOST:PORT}``."""
+    result: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, address = item.rpartition("://")
+        name = name.upper() if sep else LISTENER
+        if not LISTENER_NAME.fullmatch(name):
+            raise CliError(f"{option}: listener name {name!r} must be letters, digits and _ (in {item!r})")
+        if name in result:
+            raise CliError(f"{option} names listener {name} twice")
+        result[name] = parse_address(address, f"{option} listener {name}")
+    if not result:
+        raise CliError(f"{option} lists no address")
+    return result
+
+
+def build_listeners(listen_text: str, advertised_text: str | None) -> Any:
+    """The :class:`~broker.server.Listener` tuple of ``--listen`` / ``--advertised``; :class:`CliError`
+    when invalid (see the module docstring)."""
+    from broker.server import Listener
+
+    listen = parse_listeners(listen_text, "--listen")
+    advertised = parse_listeners(advertised_text, "--advertised") if advertised_text is not None else {}
+    if LISTENER not in listen:
+        raise CliError(f"--listen must include the inter-broker listener {LISTENER} (got {', '.join(listen)})")
+    unknown = sorted(set(advertised) - set(listen))
+    if unknown:
+        raise CliError(f"--advertised names listeners that --listen does not: {', '.join(unknown)}")
+    bound = [address.replace("localhost", "127.0.0.1") for address in listen.values()]
+    if len(set(bound)) != len(bound):
+        raise CliError(f"--listen binds one address twice: {listen_text}")
+    listeners = []
+    for name, address in listen.items():
+        if name not in advertised and address.rpartition(":")[0] in WILDCARD_HOSTS:
+            what = address if len(listen) == 1 and "://" not in listen_text else f"{name}://{address}"
+            hint = "HOST:PORT" if what == address else f"{name}://HOST:PORT"
+            raise CliError(f"--listen {what} binds every address: give --advertised {hint} for clients")
+        listeners.append(Listener(name, address, advertised.get(name, address)))
+    return tuple(listeners)
+
+
 def build_options(args: argparse.Namespace) -> Any:
     """The :class:`~broker.server.BrokerOptions` of the command line; :class:`CliError` when invalid."""
     from broker.config import BrokerConfig
@@ -64,13 +125,8 @@ def build_options(args: argparse.Namespace) -> Any:
 
     if args.node_id < 0 or args.node_id > 2**31 - 1:
         raise CliError(f"--node-id must be a non-negative int32, got {args.node_id}")
-    listen = parse_address(args.listen, "--listen")
-    if args.advertised is not None:
-        advertised = parse_address(args.advertised, "--advertised")
-    elif listen.rpartition(":")[0] in WILDCARD_HOSTS:
-        raise CliError(f"--listen {listen} binds every address: give --advertised HOST:PORT for clients")
-    else:
-        advertised = listen
+    listeners = build_listeners(args.listen, args.advertised)
+    inter_broker = next(lis for lis in listeners if lis.name == LISTENER)
     controllers = tuple(parse_address(a, "--controllers item") for a in args.controllers.split(",") if a.strip())
     if not controllers:
         raise CliError("--controllers lists no address")
@@ -78,7 +134,21 @@ def build_options(args: argparse.Namespace) -> Any:
         config = BrokerConfig.from_props(parse_key_values(args.config))
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-    return BrokerOptions(args.node_id, listen, advertised, controllers, args.data_dir, config)
+    return BrokerOptions(
+        args.node_id, inter_broker.listen, inter_broker.advertised, controllers, args.data_dir, config, listeners
+    )
+
+
+def describe_listeners(options: Any) -> tuple[str, str]:
+    """``(listen, advertised)`` for the ready line: bare addresses for a lone PLAINTEXT listener, else
+    ``NAME://HOST:PORT,...``."""
+    listeners = options.all_listeners()
+    if len(listeners) == 1 and listeners[0].name == LISTENER:
+        return options.listen, options.advertised
+    return (
+        ",".join(f"{lis.name}://{lis.listen}" for lis in listeners),
+        ",".join(f"{lis.name}://{lis.advertised}" for lis in listeners),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,8 +179,9 @@ def run(args: argparse.Namespace) -> int:
             if not announced and server.lifecycle.unfenced.is_set():
                 announced = True
                 refresh_quorum(server.ctx, 1.0)  # the cluster id, for Metadata and DescribeCluster answers
+                listen, advertised = describe_listeners(options)
                 print(
-                    f"odradek broker {options.node_id} ready on {options.listen} (advertised {options.advertised}, "
+                    f"odradek broker {options.node_id} ready on {listen} (advertised {advertised}, "
                     f"broker epoch {server.broker_epoch}, controllers {','.join(options.controllers)})",
                     flush=True,
                 )

@@ -32,6 +32,28 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
     controlled.shutdown.timeout.ms                 30000        not Kafka's: bound on the controlled shutdown
     purgatory.max.operations                       10000        not Kafka's: bound on waiting fetches and
                                                                 produces per purgatory; over it, answer at once
+    offsets.topic.num.partitions                   50           __consumer_offsets partitions (at creation)
+    offsets.topic.replication.factor               3            capped at the live brokers at creation
+    offsets.retention.ms                           604800000    committed offsets of an empty group expire
+    offsets.retention.check.interval.ms            600000       how often expired offsets and empty groups go
+    offsets.commit.timeout.ms                      5000         a coordinator write waits this long for the ISR
+    offsets.load.buffer.size                       5242880      bytes per read when loading groups
+    offset.metadata.max.bytes                      4096         longest commit metadata
+    group.consumer.session.timeout.ms              45000        default member session timeout
+    group.consumer.min/max.session.timeout.ms      45000/60000  bounds of a member's session.timeout.ms
+    group.consumer.heartbeat.interval.ms           5000         the interval the coordinator tells members
+    group.consumer.assignors                       uniform,range  server assignors; the first is the default
+    group.consumer.max.size                        2147483647   members per group
+    producer.id.expiration.ms                      86400000     an idempotent producer's partition state goes
+                                                                this long after its last batch's timestamp
+    producer.id.expiration.check.interval.ms       600000       how often partitions look for expired producers
+    transactional.id.expiration.ms                 604800000    accepted (transactions are not supported)
+    log.cleaner.enable                             true         run the log cleaner (compacted topics)
+    log.cleaner.threads                            1            cleaner threads
+    log.cleaner.backoff.ms                         15000        a cleaner thread's sleep when no log is due
+    log.cleaner.dedupe.buffer.size                 134217728    offset map capacity, all threads (24 B a key)
+    log.cleaner.io.buffer.size                     524288       read unit of the cleaner
+    log.cleaner.io.buffer.load.factor              0.9          how full the offset map may get
 
 Topic configs: a partition's :class:`~log.config.LogConfig` layers, lowest first, Kafka's defaults, this
 broker's static ``--config`` synonyms, the dynamic cluster-wide broker config (``cluster`` resource), the
@@ -92,6 +114,30 @@ _BROKER_ONLY = [
     _key("controlled.shutdown.enable", _BOOL, "true"),
     _key("controlled.shutdown.timeout.ms", _INT, "30000", 0),
     _key("purgatory.max.operations", _INT, "10000", 0),
+    # the group coordinator (broker/group/)
+    _key("offsets.topic.num.partitions", _INT, "50", 1),
+    _key("offsets.topic.replication.factor", _INT, "3", 1, 32767),
+    _key("offsets.retention.ms", _LONG, "604800000", 1),
+    _key("offsets.retention.check.interval.ms", _LONG, "600000", 1),
+    _key("offsets.commit.timeout.ms", _INT, "5000", 1),
+    _key("offsets.load.buffer.size", _INT, "5242880", 1),
+    _key("offset.metadata.max.bytes", _INT, "4096", 0),
+    _key("group.consumer.session.timeout.ms", _INT, "45000", 1),
+    _key("group.consumer.min.session.timeout.ms", _INT, "45000", 1),
+    _key("group.consumer.max.session.timeout.ms", _INT, "60000", 1),
+    _key("group.consumer.heartbeat.interval.ms", _INT, "5000", 1),
+    _key("group.consumer.assignors", _STRING, "uniform,range"),
+    _key("group.consumer.max.size", _INT, str(INT_MAX), 1),
+    _key("producer.id.expiration.ms", _INT, "86400000", 1),
+    _key("producer.id.expiration.check.interval.ms", _INT, "600000", 1),
+    _key("transactional.id.expiration.ms", _INT, "604800000", 1),
+    # the log cleaner (log/cleaner/, broker.maintenance.make_log_cleaner)
+    _key("log.cleaner.enable", _BOOL, "true"),
+    _key("log.cleaner.threads", _INT, "1", 1),
+    _key("log.cleaner.backoff.ms", _LONG, "15000", 0),
+    _key("log.cleaner.dedupe.buffer.size", _LONG, "134217728", 24),
+    _key("log.cleaner.io.buffer.size", _INT, "524288", 1),
+    _key("log.cleaner.io.buffer.load.factor", ConfigType.DOUBLE, "0.9", 0.01, 1.0),
 ]
 BROKER_SCHEMA = ConfigSchema("broker", list(BROKER_CONFIGS.keys.values()) + _BROKER_ONLY)
 """Every key ``odradek broker --config`` accepts."""

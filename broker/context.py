@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel
+from broker.group.coordinator import GroupCoordinator
 from broker.metadata_cache import MetadataCache
+from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from proto import controller_pb2
 
@@ -34,3 +36,5 @@ class BrokerContext:
     controllers: ControllerChannel | None = None  # None: no controller (unit tests); forwards time out
     quorum: QuorumInfo = field(default_factory=QuorumInfo)
     forward_timeout_ms: int = 30_000
+    producer_ids: ProducerIdManager | None = None  # None: no controller (unit tests); InitProducerId refuses
+    coordinator: GroupCoordinator | None = None  # None: no group coordinator (unit tests)

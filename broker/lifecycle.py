@@ -1,7 +1,8 @@
 """Registration and heartbeats: the broker's standing with the active controller (Kafka's
 ``BrokerLifecycleManager``), on one thread.
 
-1. Register with a fresh incarnation id (uuid4) and the advertised endpoint; the controller answers with
+1. Register with a fresh incarnation id (uuid4) and the advertised endpoints (one per listener; a bare
+   ``host:port`` is the ``PLAINTEXT`` listener's); the controller answers with
    the broker epoch (the offset of the RegisterBroker record). Retried with backoff until it succeeds;
    NOT_CONTROLLER hints are followed by the :class:`~broker.controller_channel.ControllerChannel`.
 2. Heartbeat every ``broker.heartbeat.interval.ms`` with the offset of the last applied metadata record.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from broker.controller_channel import ChannelClosedError, ControllerChannel, ControllerUnavailableError
 from broker.metadata_cache import MetadataCache
@@ -26,7 +27,7 @@ from proto import controller_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
-LISTENER = "PLAINTEXT"
+LISTENER = "PLAINTEXT"  # the inter-broker listener (Kafka's default inter.broker.listener.name)
 REGISTER_TIMEOUT_S = 5.0
 SHUTDOWN_HEARTBEAT_S = 0.1
 SHUTDOWN_HEARTBEAT_TIMEOUT_S = 1.0
@@ -47,7 +48,7 @@ class BrokerLifecycle:
         broker_id: int,
         channel: ControllerChannel,
         cache: MetadataCache,
-        advertised: str,
+        advertised: str | Mapping[str, str],
         *,
         rack: str = "",
         heartbeat_interval_ms: int = 2000,
@@ -57,7 +58,7 @@ class BrokerLifecycle:
         self.incarnation_id = str(uuid.uuid4())
         self._channel = channel
         self._cache = cache
-        self._advertised = advertised
+        self._endpoints = {LISTENER: advertised} if isinstance(advertised, str) else dict(advertised)
         self._rack = rack
         self._interval_s = heartbeat_interval_ms / 1000.0
         self._on_unfenced = on_unfenced
@@ -130,7 +131,7 @@ class BrokerLifecycle:
         request = pb.RegisterBrokerRequest(
             broker_id=self.broker_id,
             incarnation_id=self.incarnation_id,
-            endpoints={LISTENER: self._advertised},
+            endpoints=self._endpoints,
             rack=self._rack,
         )
         response = self._channel.call("RegisterBroker", request, REGISTER_TIMEOUT_S)

@@ -22,7 +22,10 @@ import threading
 
 from broker.config import LONG_MAX, BrokerConfig
 from broker.replica_manager import ReplicaManager
+from log.cleaner.manager import LogCleaner
+from log.cleaner.plan import CleanerConfig
 from log.clock import Clock
+from log.log import Log
 
 logger = logging.getLogger(__name__)
 
@@ -118,3 +121,28 @@ class LogMaintenance:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(10.0)
+
+
+def make_log_cleaner(replicas: ReplicaManager, config: BrokerConfig, clock: Clock) -> LogCleaner:
+    """The log cleaner (``log.cleaner.*``) over every partition whose ``cleanup.policy`` includes ``compact``.
+
+    Each partition is cleaned below its high watermark (Kafka's first uncleanable offset), leaders and
+    followers alike: every replica compacts its own log.
+    """
+
+    def compacted_logs() -> dict[str, tuple[Log, int]]:
+        return {
+            partition.key_str: (partition.log, partition.high_watermark)
+            for partition in replicas.partitions().values()
+            if partition.config.compact_enabled
+        }
+
+    cleaner_config = CleanerConfig(
+        enable=bool(config.get("log.cleaner.enable")),
+        threads=int(config.get("log.cleaner.threads")),
+        backoff_ms=int(config.get("log.cleaner.backoff.ms")),
+        dedupe_buffer_size=int(config.get("log.cleaner.dedupe.buffer.size")),
+        io_buffer_size=int(config.get("log.cleaner.io.buffer.size")),
+        io_buffer_load_factor=float(config.get("log.cleaner.io.buffer.load.factor")),
+    )
+    return LogCleaner(compacted_logs, cleaner_config, clock)

@@ -14,7 +14,7 @@ produces, which then answer from the new image).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from broker.config import BrokerConfig, effective_log_config
@@ -75,6 +75,9 @@ class ReplicaManager:
         self.fetch_purgatory = fetch_purgatory or Purgatory("fetch", clock, max_ops)
         self.produce_purgatory = produce_purgatory or Purgatory("produce", clock, max_ops)
         self._partitions: Mapping[TopicPartition, Partition] = {}
+        # called by the metadata thread after a role change or removal (None) of a partition here (the group
+        # coordinator follows __consumer_offsets); must not block
+        self.role_listeners: list[Callable[[str, int, Partition | None], None]] = []
         self._saved_high_watermarks: dict[TopicPartition, int] = {}
 
     # --- lookups (any thread) ----------------------------------------------------------------------
@@ -104,10 +107,18 @@ class ReplicaManager:
             topic_id = self.log_manager.topic_id(topic, number) or ""
             hw = self._saved_high_watermarks.get((topic, number), 0)
             partitions[(topic, number)] = Partition(
-                topic_id, topic, number, log, self.broker_id, self.clock, high_watermark=hw
+                topic_id, topic, number, log, self.broker_id, self.clock, high_watermark=hw, **self._producer_options()
             )
         self._partitions = partitions
         logger.info("broker %d: opened %d partition logs", self.broker_id, len(partitions))
+
+    def _producer_options(self) -> dict[str, int]:
+        """The idempotent-producer settings every Partition gets (``producer.id.expiration*``)."""
+        get = self.config.get
+        return {
+            "producer_id_expiration_ms": int(get("producer.id.expiration.ms")),
+            "producer_id_expiration_check_interval_ms": int(get("producer.id.expiration.check.interval.ms")),
+        }
 
     def shutdown(self) -> None:
         """Answer every waiting request, checkpoint high watermarks, flush and close every log."""
@@ -147,6 +158,9 @@ class ReplicaManager:
         for tp, reg in sorted(changes.followers.items()):
             self._become(image, tp.topic_id, tp.topic_name, tp.partition, reg)
             touched.add((tp.topic_name, tp.partition))
+        for topic, number in sorted(touched):
+            for listener in self.role_listeners:
+                listener(topic, number, self._partitions.get((topic, number)))
         if configs.all_topics or configs.topics:
             for key, partition in self._partitions.items():
                 if configs.covers(partition.topic) and partition.role is not Role.NONE:
@@ -167,7 +181,9 @@ class ReplicaManager:
         if partition is None:
             log = self.log_manager.open_log(topic, number, topic_id, config)
             hw = self._saved_high_watermarks.pop(key, 0)
-            partition = Partition(topic_id, topic, number, log, self.broker_id, self.clock, high_watermark=hw)
+            partition = Partition(
+                topic_id, topic, number, log, self.broker_id, self.clock, high_watermark=hw, **self._producer_options()
+            )
             self._publish(key, partition)
         else:
             if not partition.topic_id:

@@ -10,7 +10,11 @@ Threads and what each owns:
 - one reaper thread per purgatory expires waiting operations;
 - the maintenance thread (:class:`~broker.maintenance.LogMaintenance`) runs retention, idle flushes and
   high-watermark checkpoints;
+- ``log.cleaner.threads`` cleaner threads (:class:`~log.cleaner.manager.LogCleaner`) compact the logs of
+  ``cleanup.policy=compact`` topics below their high watermarks, swapping segments under each Log's lock;
 - the ISR thread (:class:`~broker.isr_manager.IsrManager`) sends the led partitions' AlterPartition;
+- the group coordinator thread (:class:`~broker.group.coordinator.GroupCoordinator`) loads the groups of the
+  ``__consumer_offsets`` partitions led here and runs their timers;
 - one fetcher thread per leader this broker follows partitions from
   (:class:`~broker.replica_fetcher.ReplicaFetcherManager`, reassigned by the metadata thread after each change).
 
@@ -39,13 +43,16 @@ from typing import Any
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.controller_channel import ControllerChannel
+from broker.group.config import GroupConfig
+from broker.group.coordinator import GroupCoordinator
 from broker.handlers.describe_cluster import refresh_quorum
 from broker.isr_manager import IsrManager
-from broker.lifecycle import BrokerLifecycle
+from broker.lifecycle import LISTENER, BrokerLifecycle
 from broker.log_manager import LogManager
-from broker.maintenance import LogMaintenance
+from broker.maintenance import LogMaintenance, make_log_cleaner
 from broker.metadata_cache import MetadataCache
 from broker.metadata_loader import MetadataLoader
+from broker.producer_ids import ProducerIdManager, controller_allocator
 from broker.replica_fetcher import ReplicaFetcherManager
 from broker.replica_manager import ReplicaManager
 from controller.image import MetadataImage
@@ -59,8 +66,23 @@ MALLOC_VALUE = "67108864"  # what launchers should set (see the module docstring
 
 
 @dataclass(frozen=True, slots=True)
+class Listener:
+    """A named listener (Kafka's ``listeners`` / ``advertised.listeners``): one gRPC server bound to
+    ``listen``; Metadata and DescribeCluster requests that come in on it answer every broker's endpoint of
+    the same name. ``advertised`` is what this broker registers for it."""
+
+    name: str
+    listen: str
+    advertised: str
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerOptions:
-    """Everything ``odradek broker`` was told."""
+    """Everything ``odradek broker`` was told.
+
+    ``listen`` / ``advertised`` are the inter-broker listener's (``PLAINTEXT``); ``listeners`` lists every
+    listener, empty meaning that one alone.
+    """
 
     node_id: int
     listen: str
@@ -68,6 +90,10 @@ class BrokerOptions:
     controllers: tuple[str, ...]
     data_dir: str
     config: BrokerConfig
+    listeners: tuple[Listener, ...] = ()
+
+    def all_listeners(self) -> tuple[Listener, ...]:
+        return self.listeners or (Listener(LISTENER, self.listen, self.advertised),)
 
 
 class BrokerServer:
@@ -86,19 +112,28 @@ class BrokerServer:
         self.metadata = MetadataCache()
         self.channel = ControllerChannel(options.controllers)
         self.ctx = BrokerContext(options.node_id, config, self.metadata, self.replicas, self.channel)
+        self.coordinator = GroupCoordinator(
+            options.node_id, GroupConfig.from_broker(config.get), self.clock, self.replicas, self.metadata
+        )
+        self.replicas.role_listeners.append(self.coordinator.on_partition)
+        self.ctx.coordinator = self.coordinator
         self.lifecycle = BrokerLifecycle(
-            options.node_id, self.channel, self.metadata, options.advertised,
+            options.node_id, self.channel, self.metadata, {lis.name: lis.advertised for lis in options.all_listeners()},
             rack=config.rack, heartbeat_interval_ms=config.heartbeat_interval_ms,
         )  # fmt: skip
         self.loader = MetadataLoader(
             options.node_id, self.channel, self.metadata, self.replicas, on_published=self._on_published
         )
         self.maintenance = LogMaintenance(self.replicas, config, self.clock)
+        self.cleaner = make_log_cleaner(self.replicas, config, self.clock)
         self.fetchers = ReplicaFetcherManager(
             options.node_id, self.replicas, config, lambda: self.lifecycle.broker_epoch
         )
         self.isr = IsrManager(options.node_id, self.replicas, self.channel, config, lambda: self.lifecycle.broker_epoch)
-        self._grpc: Any = None
+        self.ctx.producer_ids = ProducerIdManager(
+            controller_allocator(self.channel.call, options.node_id, lambda: self.lifecycle.broker_epoch, 10.0)
+        )
+        self._grpc: list[Any] = []  # one gRPC server per listener
         self._stopped = False
         self._stop_lock = threading.Lock()
 
@@ -114,12 +149,15 @@ class BrokerServer:
 
         self.replicas.startup()
         try:
-            self._grpc = start_grpc_server(self.ctx, self.options.listen)
+            for listener in self.options.all_listeners():
+                self._grpc.append(start_grpc_server(self.ctx, listener.listen, listener=listener.name))
             self.replicas.fetch_purgatory.start()
             self.replicas.produce_purgatory.start()
+            self.coordinator.start()
             self.loader.start()
             self.lifecycle.start()
             self.maintenance.start()
+            self.cleaner.start()
             self.isr.start()
         except BaseException:
             self.stop(controlled=False)
@@ -156,16 +194,18 @@ class BrokerServer:
                 logger.info("broker %d: controlled shutdown done", self.node_id)
             elif not self.lifecycle.uncontrolled:
                 logger.warning("broker %d: controlled shutdown not confirmed in %.1f s", self.node_id, timeout_s)
-        stopped = self._grpc.stop(GRPC_GRACE_S) if self._grpc is not None else None  # no new requests
+        stopped = [server.stop(GRPC_GRACE_S) for server in self._grpc]  # no new requests
         self.replicas.fetch_purgatory.shutdown()  # waiting requests answer now
         self.replicas.produce_purgatory.shutdown()
-        if stopped is not None:
-            stopped.wait(GRPC_GRACE_S + 1.0)
+        for event in stopped:
+            event.wait(GRPC_GRACE_S + 1.0)
         self.lifecycle.stop()
         self.isr.stop()
         self.channel.close()  # cancels the metadata long poll
         self.loader.stop()
         self.fetchers.shutdown()
         self.maintenance.stop()
+        self.cleaner.stop()
+        self.coordinator.stop()
         self.replicas.shutdown()  # checkpoints high watermarks, flushes and closes every log
         logger.info("broker %d stopped", self.node_id)

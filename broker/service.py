@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent import futures
+from functools import partial
 from typing import Any, TypeVar
 
 import grpc
@@ -19,15 +20,24 @@ import grpc
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.handlers import (
+    consumer_group_describe,
+    consumer_group_heartbeat,
+    delete_groups,
     describe_cluster,
     describe_configs,
     fetch,
+    find_coordinator,
     forward,
+    init_producer_id,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_fetch,
     offsets_for_leader_epoch,
     produce,
 )
+from broker.lifecycle import LISTENER
 from proto import broker_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -38,21 +48,24 @@ RESPONSE_SLACK_BYTES = 1 << 20  # framing of a response around its record bytes
 
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
-    """Every RPC of the Broker service."""
+    """Every RPC of the Broker service, as served on one listener (Metadata and DescribeCluster answer its
+    endpoints)."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: BrokerContext, listener: str = LISTENER) -> None:
         self._ctx = ctx
+        self._listener = listener
 
     def _call(self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any) -> Resp:
         try:
             return handler(self._ctx, request)
         except Exception as exc:
-            logger.exception("broker %d: %s failed", self._ctx.broker_id, getattr(handler, "__module__", handler))
+            name = getattr(getattr(handler, "func", handler), "__module__", handler)  # partial: its function's
+            logger.exception("broker %d: %s failed", self._ctx.broker_id, name)
             context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {exc!r}")
             raise  # abort raises; this line satisfies the type checker
 
     def Metadata(self, request: Any, context: Any) -> Any:
-        return self._call(metadata.handle, request, context)
+        return self._call(partial(metadata.handle, listener=self._listener), request, context)
 
     def Produce(self, request: Any, context: Any) -> Any:
         return self._call(produce.handle, request, context)
@@ -67,7 +80,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         return self._call(offsets_for_leader_epoch.handle, request, context)
 
     def DescribeCluster(self, request: Any, context: Any) -> Any:
-        return self._call(describe_cluster.handle, request, context)
+        return self._call(partial(describe_cluster.handle, listener=self._listener), request, context)
 
     def DescribeConfigs(self, request: Any, context: Any) -> Any:
         return self._call(describe_configs.handle, request, context)
@@ -87,6 +100,30 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     def ElectLeaders(self, request: Any, context: Any) -> Any:
         return self._call(forward.elect_leaders, request, context)
 
+    def InitProducerId(self, request: Any, context: Any) -> Any:
+        return self._call(init_producer_id.handle, request, context)
+
+    def FindCoordinator(self, request: Any, context: Any) -> Any:
+        return self._call(partial(find_coordinator.handle, listener=self._listener), request, context)
+
+    def ConsumerGroupHeartbeat(self, request: Any, context: Any) -> Any:
+        return self._call(consumer_group_heartbeat.handle, request, context)
+
+    def OffsetCommit(self, request: Any, context: Any) -> Any:
+        return self._call(offset_commit.handle, request, context)
+
+    def OffsetFetch(self, request: Any, context: Any) -> Any:
+        return self._call(offset_fetch.handle, request, context)
+
+    def ListGroups(self, request: Any, context: Any) -> Any:
+        return self._call(list_groups.handle, request, context)
+
+    def ConsumerGroupDescribe(self, request: Any, context: Any) -> Any:
+        return self._call(consumer_group_describe.handle, request, context)
+
+    def DeleteGroups(self, request: Any, context: Any) -> Any:
+        return self._call(delete_groups.handle, request, context)
+
 
 def message_limits(config: BrokerConfig) -> tuple[int, int]:
     """``(max receive, max send)`` bytes of one gRPC message.
@@ -101,8 +138,9 @@ def message_limits(config: BrokerConfig) -> tuple[int, int]:
     return receive, min(send + RESPONSE_SLACK_BYTES, 2**31 - 1)
 
 
-def start_grpc_server(ctx: BrokerContext, listen: str) -> grpc.Server:
-    """Serve the Broker service on ``listen``; ``RuntimeError`` when it cannot bind."""
+def start_grpc_server(ctx: BrokerContext, listen: str, *, listener: str = LISTENER) -> grpc.Server:
+    """Serve the Broker service on ``listen`` for the listener named ``listener``; ``RuntimeError`` when it
+    cannot bind."""
     receive, send = message_limits(ctx.config)
     server = grpc.server(
         futures.ThreadPoolExecutor(
@@ -116,7 +154,7 @@ def start_grpc_server(ctx: BrokerContext, listen: str) -> grpc.Server:
         maximum_concurrent_rpcs=int(ctx.config.get("queued.max.requests")),
     )
     add_servicer: Any = broker_pb2_grpc.add_BrokerServicer_to_server  # generated code is untyped
-    add_servicer(BrokerService(ctx), server)
+    add_servicer(BrokerService(ctx, listener), server)
     try:
         port = server.add_insecure_port(listen)
     except RuntimeError as exc:

@@ -28,9 +28,10 @@ Keys, defaults and ranges (Kafka's own, except where noted)::
     min.insync.replicas              int      1                      >= 1
     unclean.leader.election.enable   boolean  false                  true | false
 
-The Log acts on the segment, index, retention, size, flush and timestamp keys; the compaction keys,
-``compression.type``, ``min.insync.replicas`` and ``unclean.leader.election.enable`` are carried for the
-cleaner, the produce path and replication.
+The Log acts on the segment, index, retention, size, flush and timestamp keys (and refuses keyless
+records when ``cleanup.policy`` includes compact); the log cleaner (``log.cleaner``) acts on the
+compaction keys; ``compression.type``, ``min.insync.replicas`` and ``unclean.leader.election.enable``
+are carried for the produce path and replication.
 """
 
 from __future__ import annotations

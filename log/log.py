@@ -19,6 +19,9 @@ Ordering that matters (persist before you act, act before you answer):
 * truncation deletes later segments newest first, then cuts the file, then checkpoints the lowered
   recovery point, so every crash state is a prefix of the log.
 * retention and delete_records checkpoint the new log start offset before deleting files.
+* compaction (replace_segments): the cleaner writes a cleaned segment aside, then under the lock the
+  renames of ``log.cleaner.swap`` run, ``.log.cleaned`` -> ``.log.swap`` being the commit point that
+  recovery (``log.logdir``) completes; readers see the old segments or the new one, never a mix.
 
 The checkpoint is written by close(), whenever the log start offset moves or truncation lowers the
 recovery point, and by flush() when the recovery point moves into a later segment (a flush inside
@@ -30,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +45,7 @@ from log.append import (
     prepare_leader_append,
 )
 from log.checkpoint import fsync_dir, read_checkpoint, remove_marker, write_checkpoint, write_marker
+from log.cleaner.keys import require_keys
 from log.clock import Clock
 from log.config import LogConfig
 from log.errors import OffsetOutOfRangeError, RecordTooLargeError, StorageError
@@ -199,6 +203,12 @@ class Log:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def active_segment_base_offset(self) -> int:
+        """Base offset of the active segment: a change after an append means the log rolled (producer-state
+        snapshots are taken then, by the owner of the log)."""
+        return self._bases[-1]
+
     # ---------------------------------------------------------------------------------- append
 
     def append(self, batch: bytes | bytearray | memoryview, *, leader_epoch: int = -1) -> AppendInfo:
@@ -211,13 +221,16 @@ class Log:
             self._ensure_open()
             now = self._clock.time_ms()
             append_time = now if self._config.log_append_time else None
+            view = as_bytes_view(batch)
             prepared = prepare_leader_append(
-                as_bytes_view(batch),
+                view,
                 self._log_end_offset,
                 leader_epoch,
                 self._config.max_message_bytes,
                 append_time,
             )
+            if self._config.compact_enabled:
+                require_keys(view, self._dir.name)  # decodes records: compacted topics only (log.cleaner.keys)
             return self._append(prepared, now)
 
     def append_as_follower(self, batch: bytes | bytearray | memoryview) -> AppendInfo:
@@ -398,6 +411,38 @@ class Log:
         del self._segments[:count]
         del self._bases[:count]
         self._check_invariants(full=True)
+
+    # ------------------------------------------------------------------------------ compaction
+
+    def replace_segments(
+        self, replaced: Sequence[SegmentInfo], install: Callable[[list[Segment]], Segment]
+    ) -> bool:
+        """Swap one cleaned segment in for ``replaced``, a run of non-active segments (``log.cleaner``).
+
+        ``install`` gets the Segments to replace and does the file work (``log.cleaner.swap``), under
+        the lock, so readers see the old segments or the new one, never a mix. Returns False, changing
+        nothing, when the run no longer matches the snapshot (retention, truncation or a roll got there
+        first). If ``install`` fails the log is closed: its files are left for recovery at the next open.
+        """
+        with self._lock:
+            self._ensure_open()
+            first = self._segment_index(replaced[0].base_offset)
+            end = first + len(replaced)
+            current = self._segments[max(first, 0) : end]
+            wanted = [(s.base_offset, s.next_offset, s.size_bytes) for s in replaced]
+            if first < 0 or end >= len(self._segments) or wanted != [
+                (s.base_offset, s.next_offset, s.size_bytes) for s in current
+            ]:
+                return False
+            try:
+                segment = install(current)
+            except BaseException:
+                self.close_handlers()
+                raise
+            self._segments[first:end] = [segment]
+            self._bases[first:end] = [segment.base_offset]
+            self._check_invariants(full=True)
+            return True
 
     # ------------------------------------------------------------------------------ truncation
 

@@ -140,25 +140,29 @@ class Segment:
     """A .log file and its two indexes; see the module docstring."""
 
     def __init__(
-        self, directory: Path, base_offset: int, config: LogConfig, now_ms: int, *, create: bool
+        self,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        now_ms: int,
+        *,
+        create: bool,
+        file_suffix: str = "",
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self._interval = config.index_interval_bytes
         stem = directory / file_stem(base_offset)
-        self.log_path = stem.with_suffix(LOG_SUFFIX)
+        # file_suffix: the log cleaner builds a segment aside as <B>.log.cleaned etc. (log.cleaner.swap)
+        self.log_path = stem.with_suffix(LOG_SUFFIX + file_suffix)
         flags = os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0)
         self._fd = os.open(self.log_path, flags, 0o644)
         self.size_bytes = os.fstat(self._fd).st_size
-        self._indexes_existed = (
-            stem.with_suffix(INDEX_SUFFIX).exists() and stem.with_suffix(TIME_INDEX_SUFFIX).exists()
-        )
-        self.offset_index = OffsetIndex(
-            stem.with_suffix(INDEX_SUFFIX), base_offset, config.segment_index_bytes
-        )
-        self.time_index = TimeIndex(
-            stem.with_suffix(TIME_INDEX_SUFFIX), base_offset, config.segment_index_bytes
-        )
+        index_path = stem.with_suffix(INDEX_SUFFIX + file_suffix)
+        time_index_path = stem.with_suffix(TIME_INDEX_SUFFIX + file_suffix)
+        self._indexes_existed = index_path.exists() and time_index_path.exists()
+        self.offset_index = OffsetIndex(index_path, base_offset, config.segment_index_bytes)
+        self.time_index = TimeIndex(time_index_path, base_offset, config.segment_index_bytes)
         if create:
             self.offset_index.clear()
             self.time_index.clear()
@@ -172,9 +176,11 @@ class Segment:
     # ----------------------------------------------------------------------------------- lifecycle
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int) -> Segment:
+    def create(
+        cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int, *, file_suffix: str = ""
+    ) -> Segment:
         """A new, empty segment (existing files of that name are truncated)."""
-        return cls(directory, base_offset, config, now_ms, create=True)
+        return cls(directory, base_offset, config, now_ms, create=True, file_suffix=file_suffix)
 
     @classmethod
     def open(

@@ -14,8 +14,13 @@ Rules (Kafka's ``RecordAccumulator``):
   flush or close is in progress, or appends are waiting for memory; a retried batch waits out its
   backoff first.
 - ``drain`` takes, for each broker, the ready batches of the partitions it leads, in order, up to
-  ``max.request.size`` per request, and mutes those partitions until ``unmute``: one request in flight
-  per partition keeps records in order across retries (sequence numbers arrive with idempotence).
+  ``max.request.size`` per request, and counts a request in flight for each partition until ``unmute``.
+  Without idempotence a partition has at most one request in flight, which keeps records in order across
+  retries. With idempotence (a :class:`DrainGate`, ``odradek.idempotence``) up to
+  ``max.in.flight.requests.per.connection`` (<= 5): the gate gives each drained batch its sequence number,
+  and a retry (batches that have a sequence) resends exactly the batches of its first request, once
+  nothing else of its partition is in flight; ``reenqueue`` puts retried batches back in the order they
+  were first drained, so the broker sees them in order.
 - A batch not in flight whose ``delivery.timeout.ms`` has passed since it was opened expires.
 
 Thread-safety: one lock guards the queues, the memory count and the muted set; ``append`` takes it
@@ -25,19 +30,48 @@ once per record, the sender once per pass. Batches drained by the sender belong 
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
+
+from crc32c import crc32c
 
 from log.record import BatchBuilder
+from log.record.header import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE
 from odradek.clock import Clock
 from odradek.errors import IllegalStateError, KafkaTimeoutError
 from odradek.types import Header, RecordMetadata, TopicPartition
 
 RECORD_OVERHEAD_BYTES = 21  # Kafka's upper bound of a record's varints and attributes (5+1+10+5)
 BATCH_OVERHEAD_BYTES = 61  # the RecordBatch v2 header
+PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence (log.record.header layout)
+PRODUCER_FIELDS_OFFSET = 43
+NO_SEQUENCE = -1
+
+
+def stamp_producer(data: bytes, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    """``data`` (one built batch) with its producer fields set and its CRC-32C recomputed."""
+    head = bytearray(data[:HEADER_SIZE])
+    PRODUCER_FIELDS.pack_into(head, PRODUCER_FIELDS_OFFSET, producer_id, producer_epoch, base_sequence)
+    body = memoryview(data)[HEADER_SIZE:]
+    crc = crc32c(body, crc32c(bytes(head[ATTRIBUTES_OFFSET:])))
+    head[CRC_OFFSET : CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+    return b"".join((head, body))
+
+
+class DrainGate(Protocol):
+    """What idempotence decides about draining (``odradek.idempotence.IdempotenceState``)."""
+
+    def may_drain(self, batch: ProducerBatch, in_flight: int) -> bool:
+        """Whether ``batch``, first of its queue, may go out with ``in_flight`` requests of its partition out."""
+        ...
+
+    def on_drain(self, batch: ProducerBatch) -> None:
+        """``batch`` is drained: give it a sequence number if it has none."""
+        ...
 
 
 def record_size_upper_bound(key: bytes | None, value: bytes | None, headers: Sequence[Header] | None) -> int:
@@ -182,6 +216,14 @@ class ProducerBatch:
         "data",
         "done",
         "last_error",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "stamped",
+        "drain_order",
+        "in_flight",
+        "head_when_sent",
+        "append_id",
     )
 
     def __init__(self, tp: TopicPartition, compression: int, created_ms: float, reserved_bytes: int) -> None:
@@ -198,6 +240,14 @@ class ProducerBatch:
         self.data: bytes | None = None
         self.done = False
         self.last_error: BaseException | None = None  # why the last attempt failed (named when it expires)
+        self.producer_id = -1  # idempotence: set with base_sequence when the batch is first drained
+        self.producer_epoch = -1
+        self.base_sequence = NO_SEQUENCE
+        self.stamped: tuple[int, int, int] | None = None  # the producer fields ``data`` carries
+        self.drain_order = -1  # idempotence: rank of its first drain, kept across epochs (retry order)
+        self.in_flight = False  # drained and not answered yet
+        self.head_when_sent = False  # idempotence: no earlier batch of its partition was unanswered then
+        self.append_id = -1  # the drain that first sent it with its sequence: a retry resends that group
 
     @property
     def record_count(self) -> int:
@@ -220,12 +270,18 @@ class ProducerBatch:
         return future
 
     def build(self) -> bytes:
-        """The batch's bytes (built and compressed once; a retry resends the same bytes)."""
+        """The batch's bytes (built and compressed once; a retry resends the same bytes), with its producer
+        id, epoch and sequence when it has a sequence (restamped, CRC and all, when they change)."""
         if self.data is None:
             assert self.builder is not None
             self.closed = True
             self.data = self.builder.build()
             self.builder = None
+        if self.base_sequence != NO_SEQUENCE:
+            fields = (self.producer_id, self.producer_epoch, self.base_sequence)
+            if self.stamped != fields:
+                self.data = stamp_producer(self.data, *fields)
+                self.stamped = fields
         return self.data
 
     def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:
@@ -273,8 +329,12 @@ class RecordAccumulator:
         delivery_timeout_ms: int,
         clock: Clock,
         wakeup: Callable[[], None] = lambda: None,
+        max_in_flight_per_partition: int = 1,
+        gate: DrainGate | None = None,
     ) -> None:
         self._batch_size = max(batch_size, 1)
+        self._max_in_flight = max(max_in_flight_per_partition, 1)
+        self._gate = gate
         self._linger_ms = linger_ms
         self._buffer_memory = buffer_memory
         self._available = buffer_memory
@@ -286,7 +346,8 @@ class RecordAccumulator:
         self._memory = threading.Condition(self._lock)
         self._memory_waiters = 0
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
-        self._muted: set[TopicPartition] = set()
+        self._in_flight: dict[TopicPartition, int] = {}  # requests out per partition (drain .. unmute)
+        self._drains = 0
         self._incomplete: set[ProducerBatch] = set()
         self._flushes = 0
         self._closed = False
@@ -385,7 +446,7 @@ class RecordAccumulator:
         with self._lock:
             exhausted = self._memory_waiters > 0 or self._flushes > 0 or self._closed
             for tp, queue in self._queues.items():
-                if not queue or tp in self._muted:  # muted: the answer in flight wakes the sender
+                if not queue or not self._may_drain(tp, queue[0]):  # blocked: an answer in flight wakes the sender
                     continue
                 first = queue[0]
                 next_check = min(next_check, first.created_ms + self._delivery_timeout_ms - now_ms)
@@ -402,6 +463,13 @@ class RecordAccumulator:
                     next_check = min(next_check, wait)
         return ReadyCheck(nodes, max(next_check, 0.0), unknown)
 
+    def _may_drain(self, tp: TopicPartition, first: ProducerBatch) -> bool:
+        """The partition's in-flight limit, then the idempotence gate (sequences, ordered retries)."""
+        in_flight = self._in_flight.get(tp, 0)
+        if in_flight >= self._max_in_flight:
+            return False
+        return self._gate is None or self._gate.may_drain(first, in_flight)
+
     def _wait_ms(self, batch: ProducerBatch, queued: int, exhausted: bool, now_ms: float) -> float:
         """0 when ``batch`` (first of its queue) may be sent now, else how long until it may."""
         if batch.attempts:
@@ -413,14 +481,16 @@ class RecordAccumulator:
     def drain(
         self, leader_of: Callable[[TopicPartition], int], nodes: Iterable[int], max_request_size: int, now_ms: float
     ) -> dict[int, list[ProducerBatch]]:
-        """Take the sendable batches of ``nodes``' partitions, at most ``max_request_size`` per node; mutes them."""
+        """Take the sendable batches of ``nodes``' partitions, at most ``max_request_size`` per node; each
+        partition drained counts one more request in flight until ``unmute``."""
         wanted = set(nodes)
         drained: dict[int, list[ProducerBatch]] = {}
         sizes: dict[int, int] = {}
         with self._lock:
             exhausted = self._memory_waiters > 0 or self._flushes > 0 or self._closed
+            self._drains += 1
             for tp, queue in self._queues.items():
-                if not queue or tp in self._muted:
+                if not queue or not self._may_drain(tp, queue[0]):
                     continue
                 node = leader_of(tp)
                 if node not in wanted:
@@ -430,7 +500,7 @@ class RecordAccumulator:
                 )
                 if taken:
                     sizes[node] = sizes.get(node, 0) + taken
-                    self._muted.add(tp)
+                    self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
         return {node: batches for node, batches in drained.items() if batches}
 
     def _drain_queue(
@@ -442,36 +512,69 @@ class RecordAccumulator:
         exhausted: bool,
         now_ms: float,
     ) -> int:
-        """Move ready batches from the front of ``queue`` to ``out``; returns the bytes taken."""
+        """Move ready batches from the front of ``queue`` to ``out``; returns the bytes taken. With a gate, every
+        batch must pass it (which sequences it), and a retry resends exactly the batches its first request
+        carried for the partition (the broker recognizes a duplicate append only whole, S5); the gate
+        checked, before the drain, that nothing else of the partition is in flight then."""
         taken = 0
+        gate = self._gate
+        group = -1  # the append id of a retried request being resent
         while queue and self._wait_ms(queue[0], len(queue), exhausted, now_ms) <= 0:
             batch = queue[0]
             size = batch.size_bytes()
             if (out or taken) and used + taken + size > limit:
                 break
+            retry = batch.base_sequence != NO_SEQUENCE  # sent before with this sequence
+            if not retry:
+                batch.append_id = self._drains
+            if gate is not None:
+                if taken and (group >= 0 or retry) and (not retry or batch.append_id != group):
+                    break
+                if taken and not retry and not gate.may_drain(batch, 1):
+                    break
+                gate.on_drain(batch)
+                if not taken and retry:
+                    group = batch.append_id
             queue.popleft()
             batch.closed = True
+            batch.in_flight = True
             out.append(batch)
             taken += size
         return taken
 
     def unmute(self, tp: TopicPartition) -> None:
+        """A request carrying ``tp``'s batches is answered (or failed)."""
         with self._lock:
-            self._muted.discard(tp)
+            count = self._in_flight.get(tp, 0) - 1
+            if count > 0:
+                self._in_flight[tp] = count
+            else:
+                self._in_flight.pop(tp, None)
+
+    def in_flight(self, tp: TopicPartition) -> int:
+        with self._lock:
+            return self._in_flight.get(tp, 0)
 
     def reenqueue(self, batches: Sequence[ProducerBatch], retry_at_ms: float) -> None:
-        """Put batches that will be retried back at the front of their queues, in their order."""
+        """Put batches that will be retried back at the front of their queues, in their order; with
+        idempotence a batch goes after the queued ones first drained before it (answers of several requests
+        in flight may come back in any order)."""
         with self._lock:
             for batch in reversed(batches):
                 batch.retry_at_ms = retry_at_ms
-                self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+                queue = self._queues.setdefault(batch.tp, deque())
+                position = 0
+                if batch.drain_order >= 0:
+                    while position < len(queue) and 0 <= queue[position].drain_order < batch.drain_order:
+                        position += 1
+                queue.insert(position, batch)
 
     def expire(self, now_ms: float) -> list[ProducerBatch]:
         """Remove and return the queued batches whose delivery timeout has passed (oldest first per queue)."""
         expired: list[ProducerBatch] = []
         with self._lock:
             for tp, queue in self._queues.items():
-                if tp in self._muted:
+                if self._in_flight.get(tp, 0):
                     continue
                 while queue and now_ms - queue[0].created_ms >= self._delivery_timeout_ms:
                     expired.append(queue.popleft())

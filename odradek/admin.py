@@ -13,6 +13,7 @@ failed, ``create_topics`` returns a :class:`TopicResult` per topic.
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
@@ -26,16 +27,18 @@ from odradek.errors import (
     KafkaError,
     KafkaTimeoutError,
     NotControllerError,
-    NotSupportedYetError,
     UnknownTopicOrPartitionError,
     error_from_code,
 )
+from odradek.group.admin_calls import GroupAdmin
 from odradek.net import ClusterClient
 from odradek.types import (
     BrokerDescription,
     ClusterDescription,
     ConfigEntry,
     ConfigResource,
+    GroupDescription,
+    GroupListing,
     NewTopic,
     NodeDescription,
     PartitionDescription,
@@ -240,11 +243,44 @@ class Admin:
 
     # ---------------------------------------------------------------------------------- groups
 
-    def list_groups(self) -> list[str]:
-        raise NotSupportedYetError("list_groups() is not supported yet: consumer groups arrive with their own issue")
+    def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
+        """Every consumer group of the cluster (optionally only those in ``states``, e.g. ["Stable"])."""
+        return self._groups().list_groups(states)
 
-    def describe_group(self, group_id: str) -> Any:
-        raise NotSupportedYetError("describe_group() is not supported yet: consumer groups arrive with their own issue")
+    def describe_group(self, group_id: str) -> GroupDescription:
+        """State, members and assignments, committed offsets and lag per partition (GroupIdNotFoundError)."""
+        return self._groups().describe_group(group_id)
+
+    def delete_groups(self, group_ids: Iterable[str]) -> None:
+        """Delete groups that have no members, with their offsets (NonEmptyGroupError, GroupIdNotFoundError)."""
+        self._groups().delete_groups(group_ids)
+
+    def list_group_offsets(self, group_id: str) -> dict[TopicPartition, int | None]:
+        """Every committed offset of ``group_id``."""
+        return self._groups().committed(group_id)
+
+    def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit ``offsets`` for a group without active members (NonEmptyGroupError otherwise)."""
+        self._groups().alter_group_offsets(group_id, offsets)
+
+    def reset_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition],
+        to: str | int | datetime.datetime,
+        *,
+        execute: bool = True,
+    ) -> dict[TopicPartition, int]:
+        """Reset an inactive group's offsets to "earliest", "latest", an offset or a datetime (with its zone).
+
+        Returns the new offsets; with ``execute=False`` only computes them (a dry run).
+        """
+        return self._groups().reset_offsets(group_id, partitions, to, execute=execute)
+
+    def _groups(self) -> GroupAdmin:
+        if self._closed:
+            raise IllegalStateError("the admin client is closed")
+        return GroupAdmin(self._client, self._timeout(None))
 
     # --------------------------------------------------------------------------------- plumbing
 

@@ -32,6 +32,7 @@ def _add_client_parsers(commands: Any) -> None:
     """The user-facing commands; their modules import the client library only when a handler runs."""
     from odradek.cli_cluster import add_cluster_parser
     from odradek.cli_consume import add_consume_parser
+    from odradek.cli_groups import add_groups_parser
     from odradek.cli_produce import add_produce_parser
     from odradek.cli_topics import add_topics_parser
     from odradek.launcher.up import add_up_parser
@@ -42,6 +43,7 @@ def _add_client_parsers(commands: Any) -> None:
     add_topics_parser(commands)
     add_produce_parser(commands)
     add_consume_parser(commands)
+    add_groups_parser(commands)
     add_perf_parser(commands)
 
 

@@ -6,7 +6,8 @@
 
 Fields are tab-separated in Kafka's order (partition, offset, key, value); a null key or value prints
 as ``null``. Without ``--group`` the consumer is assigned every partition of the topic and commits
-nothing; with ``--group`` it subscribes in that group and commits what it printed. It stops after
+nothing; with ``--group`` it subscribes in that group, starts from the group's committed offsets, and
+commits what it printed as it goes (and once more, waiting, when it stops). It stops after
 ``--max-messages`` records, or after ``--timeout-ms`` without a record, or on Ctrl-C, and reports
 "Processed a total of N messages" on stderr.
 """
@@ -20,7 +21,7 @@ import time
 from typing import IO, TYPE_CHECKING, Any
 
 from odradek.cli_support import add_bootstrap_option, bootstrap_servers, parse_key_values, reaching, topic_partitions
-from odradek.errors import CliError, ConfigError, NotSupportedYetError
+from odradek.errors import CliError, ConfigError
 
 if TYPE_CHECKING:
     from odradek.types import ConsumerRecord
@@ -102,10 +103,7 @@ def _attach(consumer: Any, args: argparse.Namespace, servers: str) -> None:
     if not args.group:
         consumer.assign(topic_partitions(servers, args.topic))
         return
-    try:
-        consumer.subscribe([args.topic])
-    except NotSupportedYetError:
-        raise CliError("consumer groups are not supported by this build yet: run without --group") from None
+    consumer.subscribe([args.topic])
 
 
 def _print_records(consumer: Any, args: argparse.Namespace, out: IO[bytes]) -> int:
@@ -133,9 +131,13 @@ def _print_records(consumer: Any, args: argparse.Namespace, out: IO[bytes]) -> i
             out.write(b"".join(format_record(r, *flags) for r in records))
             out.flush()
             count += len(records)
-            for r in records:
-                committed[r.topic_partition] = r.offset + 1
+            if args.group:  # commit what was printed, as it goes (the final commit below waits)
+                printed = {r.topic_partition: r.offset + 1 for r in records}
+                committed.update(printed)
+                consumer.commit_async(printed)
     finally:
-        if args.group and committed:
-            consumer.commit(committed)
+        owned = consumer.assignment() if args.group else set()
+        final = {tp: offset for tp, offset in committed.items() if tp in owned}  # moved ones are someone else's
+        if final:
+            consumer.commit(final)
     return count

@@ -9,15 +9,16 @@ and value and returns a frozen dataclass whose fields are the keys with dots tur
 Choices where Kafka leaves room:
 
 - ``linger.ms`` defaults to 5, like Kafka 4.0 (KIP-1030).
-- ``enable.idempotence`` defaults to true and is accepted, but idempotence itself comes with a later
-  issue: no producer id or sequence numbers are sent yet. Kafka's consistency rules apply already:
-  explicitly enabling it with ``acks`` other than all, ``retries=0`` or more than 5 in-flight requests is
-  an error; when it is only the default, such settings quietly turn it off.
+- ``enable.idempotence`` defaults to true (``odradek.idempotence``: a producer id, sequence numbers, one
+  copy per record through retries). Kafka's consistency rules apply: explicitly enabling it with ``acks``
+  other than all, ``retries=0`` or more than 5 in-flight requests is an error; when it is only the
+  default, such settings quietly turn it off.
 - ``delivery.timeout.ms`` must be at least ``linger.ms + request.timeout.ms`` when given; the default is
   raised to that sum when smaller, as Kafka does.
 - ``check.crcs`` is accepted; the decoder always checks CRCs.
-- Group keys (``group.id``, ``session.timeout.ms``, ...) are accepted now; consumer groups arrive
-  with their own issue.
+- Consumer groups use the KIP-848 protocol (``ConsumerGroupHeartbeat``): ``group.remote.assignor``
+  ("uniform" or "range") picks the coordinator's assignor, ``heartbeat.interval.ms`` is only used until
+  the coordinator tells its own interval.
 """
 
 from __future__ import annotations
@@ -190,6 +191,8 @@ CONSUMER_KEYS: dict[str, Key] = {
     "session.timeout.ms": Key(_int(1), 45000),
     "heartbeat.interval.ms": Key(_int(1), 3000),
     "max.poll.interval.ms": Key(_int(1), 300000),
+    "group.remote.assignor": Key(_optional_str, None),
+    "client.rack": Key(_str, ""),
     "isolation.level": Key(_choice("read_uncommitted", "read_committed"), "read_uncommitted"),
     "check.crcs": Key(_bool, True),
     "default.api.timeout.ms": Key(_int(0), 60000),
@@ -330,6 +333,8 @@ class ConsumerConfig:
     session_timeout_ms: int
     heartbeat_interval_ms: int
     max_poll_interval_ms: int
+    group_remote_assignor: str | None
+    client_rack: str
     isolation_level: str
     check_crcs: bool
     default_api_timeout_ms: int

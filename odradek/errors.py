@@ -40,7 +40,7 @@ class IllegalStateError(OdradekError, RuntimeError):
 
 
 class NotSupportedYetError(OdradekError, NotImplementedError):
-    """A Kafka feature this build does not have yet (consumer groups, transactions, ...)."""
+    """A Kafka feature this build does not have yet (transactions, ...)."""
 
 
 # ----------------------------------------------------------------------------------- Kafka errors
@@ -360,6 +360,46 @@ class IllegalGenerationError(KafkaError):
 class FencedInstanceIdError(KafkaError):
     code = "FENCED_INSTANCE_ID"
     description = "another consumer with the same group.instance.id has joined"
+
+
+class FencedMemberEpochError(KafkaError):
+    code = "FENCED_MEMBER_EPOCH"
+    description = "the group coordinator fenced this member (its epoch is not current): it rejoins"
+
+
+class StaleMemberEpochError(KafkaError):
+    code = "STALE_MEMBER_EPOCH"
+    description = "the member epoch of the request is not the member's current epoch"
+
+
+class UnreleasedInstanceIdError(KafkaError):
+    code = "UNRELEASED_INSTANCE_ID"
+    description = "the group.instance.id is still held by a member that has not left the group"
+
+
+class GroupMaxSizeReachedError(KafkaError):
+    code = "GROUP_MAX_SIZE_REACHED"
+    description = "the group has reached its maximum number of members"
+
+
+class NonEmptyGroupError(KafkaError):
+    code = "NON_EMPTY_GROUP"
+    description = "the group still has active members"
+
+
+class UnsupportedAssignorError(KafkaError):
+    code = "UNSUPPORTED_ASSIGNOR"
+    description = "the group coordinator does not know the requested assignor"
+
+
+class OffsetMetadataTooLargeError(KafkaError):
+    code = "OFFSET_METADATA_TOO_LARGE"
+    description = "the metadata string of an offset commit is too large"
+
+
+class CommitFailedError(OdradekError):
+    """A commit the coordinator refused because this consumer is no longer a current member of the group (or
+    its partitions moved): Kafka's CommitFailedException. Not retriable: the records may be delivered again."""
 
 
 def _subclasses(cls: type[KafkaError]) -> list[type[KafkaError]]:

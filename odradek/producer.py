@@ -10,10 +10,13 @@ type; ValueError for a bad partition or timestamp; MessageTooLargeError when the
 did not come within ``max.block.ms``; IllegalStateError after ``close``. Delivery failures (a
 non-retriable broker error, retries or ``delivery.timeout.ms`` exhausted) fail the returned future.
 
-Ordering: records of one partition are delivered in ``send`` order, retries included, because a
-partition has at most one ProduceRequest in flight (a request carries all of its ready batches).
-Idempotence (``enable.idempotence``, true by default) is accepted but not implemented yet: no producer
-id or sequence numbers are sent, so a retry after a lost answer may write a batch twice.
+Ordering and idempotence: with ``enable.idempotence`` (true by default; it needs ``acks=all``) the
+producer gets a producer id and epoch from a broker, numbers each partition's batches, keeps up to
+``max.in.flight.requests.per.connection`` (<= 5) requests in flight per partition, and retries in sequence
+order: a record is written once and in ``send`` order through lost answers, timeouts and leader changes
+(``odradek.idempotence``, rules P1-P7). Without it, a partition has at most one ProduceRequest in flight
+(a request carries all of its ready batches), which keeps the order, but a retry after a lost answer may
+write a batch twice.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from odradek.backoff import ExponentialBackoff
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.config import ProducerConfig
 from odradek.errors import IllegalStateError, KafkaTimeoutError, MessageTooLargeError
+from odradek.idempotence import IdempotenceState
 from odradek.net import Cluster, ClusterClient, TopicInfo
 from odradek.partitioner import StickyPartitioner, partition_for_key
 from odradek.sender import Sender
@@ -72,6 +76,8 @@ class Producer:
             max_concurrent_calls=64,
             name="odradek-producer",
         )
+        # Idempotence needs acks=all (the config turns a defaulted enable.idempotence off otherwise).
+        self._idempotence = IdempotenceState() if cfg.enable_idempotence and cfg.acks == -1 else None
         self._accumulator = RecordAccumulator(
             batch_size=cfg.batch_size,
             linger_ms=cfg.linger_ms,
@@ -80,6 +86,8 @@ class Producer:
             delivery_timeout_ms=cfg.delivery_timeout_ms,
             clock=self._clock,
             wakeup=self._wakeup,
+            max_in_flight_per_partition=cfg.max_in_flight_requests_per_connection if self._idempotence else 1,
+            gate=self._idempotence,
         )
         self._partitioner = StickyPartitioner(rng)
         self._routes: dict[str, _Route] = {}
@@ -89,6 +97,7 @@ class Producer:
             config=cfg,
             clock=self._clock,
             backoff=ExponentialBackoff(cfg.retry_backoff_ms, cfg.retry_backoff_max_ms, rng=rng),
+            idempotence=self._idempotence,
         )
         self._max_record_bytes = min(cfg.max_request_size, cfg.buffer_memory) - BATCH_OVERHEAD_BYTES
         self._max_block_ms = cfg.max_block_ms

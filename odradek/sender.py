@@ -11,6 +11,13 @@ front of their queue after a backoff, refreshing metadata first when the error s
 long as ``retries`` and ``delivery.timeout.ms`` allow; anything else fails the futures with the typed
 error. With ``acks=0`` futures complete (offset -1) as soon as the request is sent, and nothing is
 retried.
+
+Idempotence (``enable.idempotence``, ``odradek.idempotence``): before the first batch goes out, and after
+an epoch bump was asked for and every batch with a sequence got its final answer, the sender asks any broker
+for a producer id and epoch (InitProducerId, retried with backoff); each answer about a batch goes through
+:meth:`IdempotenceState.on_error`, which says retry with the same sequence, resend under the next epoch,
+or fail (rules P1-P7 there). A DUPLICATE_SEQUENCE_NUMBER answer means the batch was written before: its
+records complete with offset -1, as in Kafka.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from odradek.backoff import ExponentialBackoff
 from odradek.clock import Clock
 from odradek.config import ProducerConfig
 from odradek.errors import IllegalStateError, KafkaError, KafkaTimeoutError, NetworkError, error_from_code
+from odradek.idempotence import DUPLICATE_SEQUENCE, IdempotenceState, Verdict
 from odradek.net import ClusterClient, rpc_error
 from odradek.types import TopicPartition
 from proto import broker_pb2
@@ -62,8 +70,12 @@ class Sender:
         config: ProducerConfig,
         clock: Clock,
         backoff: ExponentialBackoff,
+        idempotence: IdempotenceState | None = None,
     ) -> None:
         self._client = client
+        self._idempotence = idempotence
+        self._init_attempts = 0
+        self._init_retry_at_ms = 0.0
         self._accumulator = accumulator
         self._clock = clock
         self._backoff = backoff
@@ -140,6 +152,7 @@ class Sender:
         now = self._clock.monotonic_ms()
         self._handle_completions(now)
         self._client.maybe_refresh()
+        init_wait_ms = self._maybe_init_producer_id(now)
         cluster = self._client.cluster
         check = self._accumulator.ready(cluster.leader, now)
         if check.unknown_leaders:
@@ -156,11 +169,34 @@ class Sender:
             return
         if not self._running and not self._requests and not self._accumulator.has_incomplete():
             return  # closing, and nothing is left to wait for
-        wait_ms = min(check.next_check_ms, MAX_IDLE_MS)
+        wait_ms = min(check.next_check_ms, MAX_IDLE_MS, init_wait_ms)
         if check.unknown_leaders:
             wait_ms = min(wait_ms, self._client.metadata_due_in_ms(now))
         if wait_ms > 0:
             self._wake.wait(wait_ms / 1000)
+
+    # ----------------------------------------------------------------------------- producer id
+
+    def _maybe_init_producer_id(self, now: float) -> float:
+        """InitProducerId when the idempotence state needs an id (P7); how long until the next try is due."""
+        idem = self._idempotence
+        if idem is None or not idem.needs_producer_id() or self._forced:
+            return MAX_IDLE_MS
+        if now < self._init_retry_at_ms:
+            return self._init_retry_at_ms - now
+        request = broker_pb2.InitProducerIdRequest(producer_id=idem.producer_id, producer_epoch=idem.producer_epoch)
+        try:
+            response = self._client.call_any("InitProducerId", request, self._request_timeout_ms / 1000)
+            if response.error.code:
+                raise error_from_code(response.error.code, f"InitProducerId failed: {response.error.message}")
+        except KafkaError as exc:
+            self._init_attempts += 1
+            self._init_retry_at_ms = now + self._backoff.backoff_ms(self._init_attempts - 1)
+            _log.info("InitProducerId failed (%s); trying again in %.0f ms", exc, self._init_retry_at_ms - now)
+            return self._init_retry_at_ms - now
+        self._init_attempts = 0
+        idem.set_producer_id(response.producer_id, response.producer_epoch)
+        return 0.0
 
     # ---------------------------------------------------------------------------------- send
 
@@ -228,6 +264,9 @@ class Sender:
     ) -> None:
         self._requests.discard(request)
         self._in_flight[request.node] -= 1
+        for batches in request.batches.values():
+            for batch in batches:
+                batch.in_flight = False
         if isinstance(outcome, KafkaError):
             if outcome.invalid_metadata:
                 self._client.request_update()
@@ -248,13 +287,15 @@ class Sender:
                     continue
                 answered.add(tp)
                 code = p.error.code
-                if not code:
-                    offset = p.base_offset
+                if not code or code == DUPLICATE_SEQUENCE:
+                    offset = p.base_offset if not code else -1
                     for batch in batches:
                         if self._acks != 0:
                             batch.complete(offset, p.log_append_time_ms)
+                        if self._idempotence is not None:
+                            self._idempotence.resolved(batch)
                         self._accumulator.deallocate(batch)
-                        offset += batch.record_count
+                        offset += batch.record_count if offset >= 0 else 0
                     continue
                 error = error_from_code(code, f"producing to {tp} failed: {p.error.message or code}")
                 if error.invalid_metadata:
@@ -271,7 +312,10 @@ class Sender:
                 self._accumulator.deallocate(batch)
                 continue
             expired = now - batch.created_ms >= self._delivery_timeout_ms
-            if error.retriable and not expired and batch.attempts < self._retries and not self._forced:
+            retriable = error.retriable
+            if self._idempotence is not None:
+                retriable = self._idempotence.on_error(batch, error.code, error.retriable) is not Verdict.FAIL
+            if retriable and not expired and batch.attempts < self._retries and not self._forced:
                 batch.attempts += 1
                 batch.last_error = error
                 retry.append(batch)
@@ -293,5 +337,7 @@ class Sender:
         )
 
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        if self._idempotence is not None:
+            self._idempotence.on_failed(batch, type(error).__name__)
         batch.fail(error)
         self._accumulator.deallocate(batch)

@@ -146,3 +146,63 @@ class TopicResult:
     topic_id: str = ""
     num_partitions: int = -1
     replication_factor: int = -1
+
+
+# ------------------------------------------------------------------------------------ consumer groups
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    """One group of ``Admin.list_groups()``: ``state`` is Empty, Assigning, Reconciling, Stable or Dead."""
+
+    group_id: str
+    state: str
+    group_type: str = "consumer"
+    coordinator_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    """A group member: ``assignment`` is what it owns now, ``target_assignment`` what it will own when reconciled."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    member_epoch: int
+    subscribed_topics: list[str]
+    subscribed_pattern: str | None
+    assignment: list[TopicPartition]
+    target_assignment: list[TopicPartition]
+    state: str = ""
+    rack_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """A partition of a group: its committed offset, the log end offset (high watermark) and the lag between
+    them (None where unknown: nothing committed, or no answer from the leader), and its owner's member id."""
+
+    partition: TopicPartition
+    committed_offset: int | None
+    log_end_offset: int | None
+    lag: int | None
+    member_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """``Admin.describe_group()``: the group's state, members and, per partition, committed offset and lag."""
+
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    coordinator_id: int
+    members: list[MemberDescription]
+    offsets: list[PartitionLag]
+
+    @property
+    def total_lag(self) -> int:
+        return sum(p.lag for p in self.offsets if p.lag is not None)

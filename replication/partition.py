@@ -32,12 +32,14 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
 
+from log import producer_state_file
 from log.append import AppendInfo
 from log.clock import Clock
 from log.config import LogConfig
 from log.errors import StorageError
 from log.log import Log
-from log.record.header import iter_batches
+from log.producer_state import BatchMetadata, ExpirySchedule, ProducerEntry, ProducerStateManager
+from log.record.header import BatchHeader, iter_batches
 from replication import epoch_store
 from replication.epoch_cache import EpochEndOffset
 from replication.errors import (
@@ -62,6 +64,8 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 ISR_RESEND_MS = 1_000.0  # an unsettled AlterPartition is sent again after this long
 MAX_PENDING_POSITIONS = 100_000  # appends above the high watermark whose byte positions are remembered
+PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (Kafka's default, KIP-854)
+PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000  # producer.id.expiration.check.interval.ms
 
 
 __all__ = [
@@ -105,6 +109,8 @@ class Partition:
         clock: Clock,
         *,
         high_watermark: int = 0,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+        producer_id_expiration_check_interval_ms: int = PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
     ) -> None:
         self.topic_id = topic_id
         self.topic = topic
@@ -131,6 +137,13 @@ class Partition:
         self._appended_bytes = 0
         self._hw_bytes = 0
         self._pending: deque[tuple[int, int]] = deque()
+        # Idempotent producers (log.producer_state): rebuilt from a snapshot and the log tail; snapshots
+        # when the log rolls and at close.
+        self._producers: ProducerStateManager = producer_state_file.load(log)
+        self._producer_expiry = ExpirySchedule(
+            producer_id_expiration_ms, producer_id_expiration_check_interval_ms, clock.time_ms()
+        )
+        self._segment_base = log.active_segment_base_offset
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, {self._role}, epoch {self._leader_epoch})"
@@ -308,6 +321,7 @@ class Partition:
                 offset = self._high_watermark
             if self._log.truncate_to(offset):
                 self._reset_positions()
+                producer_state_file.reload_to(self._log, self._producers)
             if self._epochs.truncate_from_end(self._log.log_end_offset):
                 epoch_store.save(self._log, self._epochs)
             return True
@@ -318,6 +332,7 @@ class Partition:
             if self._role is not Role.FOLLOWER or self._leader_epoch != leader_epoch:
                 return False
             self._log.truncate_fully_and_start_at(offset)
+            producer_state_file.reload_to(self._log, self._producers)
             self._epochs.clear()
             epoch_store.save(self._log, self._epochs)
             self._high_watermark = offset
@@ -334,6 +349,10 @@ class Partition:
             info = self._log.append_as_follower(records) if records else None
             if records and self._epochs_from_batches(records):
                 epoch_store.save(self._log, self._epochs)
+            if info is not None:
+                for _, header in iter_batches(records, validate=False):
+                    self._producers.update(header, header.base_offset)
+                self._after_producer_updates()
             if info is not None:
                 self._appended_bytes += info.size_bytes
             hw = min(leader_high_watermark, self._log.log_end_offset)
@@ -382,6 +401,7 @@ class Partition:
             directory = self._log.dir
             self._log.close()
             self._log = Log.open(directory, config, self._clock)
+            self._segment_base = self._log.active_segment_base_offset
 
     def delete_old_segments(self) -> int:
         """Retention (time, size, log start), never past the high watermark; returns the segments deleted."""
@@ -407,6 +427,8 @@ class Partition:
             self._role = Role.NONE
             self._leader_state = None
             self._isr_state = None
+            if not self._log.closed:
+                producer_state_file.take_snapshot(self._log, self._producers)
             self._log.close()
 
     # ------------------------------------------------------------------------------------ writes
@@ -416,7 +438,10 @@ class Partition:
 
         Raises NotLeaderOrFollowerError unless leader; NotEnoughReplicasError when ``acks`` is -1 and the ISR
         is smaller than ``min.insync.replicas`` (Kafka checks before appending: nothing is written); the
-        log's errors (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, ...) for bad batches, again with nothing written.
+        log's errors (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, ...) for bad batches, again with nothing written;
+        the idempotent producers' sequence errors (``log.producer_state`` S1-S7: OUT_OF_ORDER_SEQUENCE_NUMBER,
+        INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID), checked on the batch headers before the append. A
+        retried batch already written is answered with its original offsets and not appended again (S5).
         """
         with self._lock:
             if self._role is not Role.LEADER or self._leader_state is None:
@@ -426,12 +451,46 @@ class Partition:
                 raise NotEnoughReplicasError(
                     f"{self.key_str}: the ISR {list(self._isr)} is smaller than min.insync.replicas={min_isr}"
                 )
+            headers = [header for _, header in iter_batches(records, validate=False)]
+            verdict = self._producers.check_append(headers)  # S1-S7: a refusal writes nothing
+            if verdict.duplicate is not None:
+                return self._duplicate_info(verdict.duplicate)
             info = self._log.append(records, leader_epoch=self._leader_epoch)
+            self._track_producers(headers, info)
             self._appended_bytes += info.size_bytes
             self._pending.append((info.last_offset + 1, self._appended_bytes))
             self._leader_state.on_leader_append(self._log.log_end_offset)
             self._sync_high_watermark()
             return info
+
+    def _duplicate_info(self, batch: BatchMetadata) -> AppendInfo:
+        """A retried batch already in the log (S5): its original offsets, nothing appended."""
+        count = batch.last_offset - batch.first_offset + 1
+        return AppendInfo(
+            batch.first_offset, batch.last_offset, -1, batch.first_offset, -1, self._log.log_start_offset, count, 0
+        )
+
+    def _track_producers(self, headers: list[BatchHeader], info: AppendInfo) -> None:
+        """After a leader append: the producers' batches with the offsets the log gave them."""
+        offset = info.first_offset
+        stamp = info.log_append_time if info.log_append_time >= 0 else None
+        for header in headers:
+            self._producers.update(header, offset, stamp)
+            offset += header.last_offset_delta + 1
+        self._after_producer_updates()
+
+    def _after_producer_updates(self) -> None:
+        self._producers.map_end_offset = self._log.log_end_offset
+        base = self._log.active_segment_base_offset
+        if base != self._segment_base:  # the log rolled: snapshot (Kafka's takeSnapshot on roll)
+            self._segment_base = base
+            producer_state_file.take_snapshot(self._log, self._producers)
+        self._producer_expiry.maybe_expire(self._producers, self._clock.time_ms())
+
+    def producer_entries(self) -> dict[int, ProducerEntry]:
+        """The idempotent producers' state of this replica, by producer id (tests, tools)."""
+        with self._lock:
+            return dict(self._producers.entries)
 
     def acks_status(self, required_offset: int, leader_epoch: int) -> tuple[bool, str]:
         """For acks=all (Kafka's ``checkEnoughReplicasReachOffset``): ``(done, error code)``.

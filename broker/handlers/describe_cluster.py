@@ -2,7 +2,9 @@
 
 Controllers come from DescribeQuorum (any controller answers it); the last answer is remembered, so a
 broker that cannot reach a controller still describes the cluster (with the addresses it was started with
-when it never reached one). Brokers come from this broker's metadata image, fenced ones included.
+when it never reached one). Brokers come from this broker's metadata image, fenced ones included, with
+their endpoint of the listener the request came in on (those without one are left out; see
+:mod:`broker.handlers.metadata`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import logging
 
 from broker.context import BrokerContext, QuorumInfo
-from broker.handlers.metadata import broker_node
+from broker.handlers.metadata import broker_node, listener_endpoint
+from broker.lifecycle import LISTENER
 from proto import broker_pb2 as pb
 from proto import controller_pb2
 
@@ -33,7 +36,9 @@ def refresh_quorum(ctx: BrokerContext, timeout_s: float = DESCRIBE_QUORUM_TIMEOU
     return ctx.quorum
 
 
-def handle(ctx: BrokerContext, request: pb.DescribeClusterRequest) -> pb.DescribeClusterResponse:
+def handle(
+    ctx: BrokerContext, request: pb.DescribeClusterRequest, listener: str = LISTENER
+) -> pb.DescribeClusterResponse:
     quorum = refresh_quorum(ctx)
     image = ctx.metadata.image
     response = pb.DescribeClusterResponse(cluster_id=quorum.cluster_id, controller_id=image.controller_id)
@@ -41,5 +46,6 @@ def handle(ctx: BrokerContext, request: pb.DescribeClusterRequest) -> pb.Describ
         response.controllers.extend(quorum.nodes)
     elif ctx.controllers is not None:
         response.controllers.extend(controller_pb2.QuorumNode(node_id=-1, address=a) for a in ctx.controllers.addresses)
-    response.brokers.extend(broker_node(image.brokers[b]) for b in sorted(image.brokers))
+    brokers = (image.brokers[b] for b in sorted(image.brokers))
+    response.brokers.extend(broker_node(b, listener) for b in brokers if listener_endpoint(b, listener) is not None)
     return response

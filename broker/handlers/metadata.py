@@ -6,6 +6,12 @@ or, with ``auto.create.topics.enable`` (off by default here), is created through
 ``num.partitions`` / ``default.replication.factor`` and answers LEADER_NOT_AVAILABLE until it has leaders
 (INVALID_TOPIC_EXCEPTION for a name no topic may have). Partitions: leader (-1 and LEADER_NOT_AVAILABLE when
 none), leader epoch, replicas, ISR. ``controller_id`` is the active controller's node id.
+
+Listeners (Kafka's ``listeners`` / ``advertised.listeners``): each broker registers one endpoint per
+listener, and the answer gives every broker's endpoint of the listener the request came in on, so clients
+inside a container network and outside it each get addresses they can reach. A broker without that listener
+is left out, and a partition it leads answers LISTENER_NOT_FOUND (as Kafka does); on the default
+``PLAINTEXT`` listener a broker without it is listed with its first endpoint (single-listener clusters).
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ from broker.context import BrokerContext
 from broker.errors import INVALID_TOPIC_EXCEPTION, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION, error
 from broker.lifecycle import LISTENER
 from controller.image import BrokerRegistration, MetadataImage, TopicImage
+from controller.records import Endpoint
 from proto import broker_pb2 as pb
 from proto import controller_pb2
 
 logger = logging.getLogger(__name__)
 
 TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+LISTENER_NOT_FOUND = "LISTENER_NOT_FOUND"  # Kafka's: the leader has no endpoint for the request's listener
 AUTO_CREATE_TIMEOUT_S = 5.0
 
 
@@ -30,8 +38,16 @@ def valid_topic_name(name: str) -> bool:
     return bool(TOPIC_NAME.fullmatch(name)) and name not in (".", "..")
 
 
-def broker_node(broker: BrokerRegistration) -> pb.BrokerNode:
-    endpoint = broker.endpoint(LISTENER) or (broker.endpoints[0] if broker.endpoints else None)
+def listener_endpoint(broker: BrokerRegistration, listener: str = LISTENER) -> Endpoint | None:
+    """``broker``'s endpoint for ``listener`` (see the module docstring), or None."""
+    endpoint = broker.endpoint(listener)
+    if endpoint is None and listener == LISTENER and broker.endpoints:
+        return broker.endpoints[0]
+    return endpoint
+
+
+def broker_node(broker: BrokerRegistration, listener: str = LISTENER) -> pb.BrokerNode:
+    endpoint = listener_endpoint(broker, listener)
     return pb.BrokerNode(
         node_id=broker.broker_id,
         host=endpoint.host if endpoint else "",
@@ -41,7 +57,7 @@ def broker_node(broker: BrokerRegistration) -> pb.BrokerNode:
     )
 
 
-def handle(ctx: BrokerContext, request: pb.MetadataRequest) -> pb.MetadataResponse:
+def handle(ctx: BrokerContext, request: pb.MetadataRequest, listener: str = LISTENER) -> pb.MetadataResponse:
     image = ctx.metadata.image
     names = sorted(image.topics_by_name) if request.all_topics else list(dict.fromkeys(request.topics))
     missing = [n for n in names if image.topic(n) is None]
@@ -51,11 +67,13 @@ def handle(ctx: BrokerContext, request: pb.MetadataRequest) -> pb.MetadataRespon
     response = pb.MetadataResponse(
         cluster_id=ctx.quorum.cluster_id, controller_id=image.controller_id, metadata_offset=image.offset
     )
-    response.brokers.extend(broker_node(b) for b in image.unfenced_brokers())
+    response.brokers.extend(
+        broker_node(b, listener) for b in image.unfenced_brokers() if listener_endpoint(b, listener) is not None
+    )
     for name in names:
         topic = image.topic(name)
         if topic is not None:
-            response.topics.append(topic_metadata(image, topic))
+            response.topics.append(topic_metadata(image, topic, listener))
         elif ctx.config.get("auto.create.topics.enable") and not request.all_topics:
             if valid_topic_name(name):
                 response.topics.add(name=name, error=error(LEADER_NOT_AVAILABLE, f"topic {name!r} is being created"))
@@ -66,15 +84,19 @@ def handle(ctx: BrokerContext, request: pb.MetadataRequest) -> pb.MetadataRespon
     return response
 
 
-def topic_metadata(image: MetadataImage, topic: TopicImage) -> pb.TopicMetadata:
+def topic_metadata(image: MetadataImage, topic: TopicImage, listener: str = LISTENER) -> pb.TopicMetadata:
     result = pb.TopicMetadata(name=topic.name, topic_id=topic.topic_id, is_internal=topic.name.startswith("__"))
     for number in sorted(topic.partitions):
         reg = topic.partitions[number]
         answer = result.partitions.add(
             partition=number, leader=reg.leader, leader_epoch=reg.leader_epoch, replicas=reg.replicas, isr=reg.isr
         )
+        leader = image.broker(reg.leader) if reg.has_leader else None
         if not reg.has_leader:
             answer.error.CopyFrom(error(LEADER_NOT_AVAILABLE, f"{topic.name}-{number} has no leader"))
+        elif leader is not None and listener_endpoint(leader, listener) is None:
+            message = f"the leader of {topic.name}-{number}, broker {reg.leader}, has no listener {listener}"
+            answer.error.CopyFrom(error(LISTENER_NOT_FOUND, message))
         offline = [r for r in reg.replicas if image.broker(r) is None or image.brokers[r].fenced]
         answer.offline_replicas.extend(offline)
     return result

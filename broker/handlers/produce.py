@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from broker.context import BrokerContext
 from broker.delayed_produce import DelayedProduce, ProduceStatus
-from broker.errors import INVALID_REQUIRED_ACKS, error, error_of
+from broker.errors import INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION, error, error_of
+from broker.group.config import OFFSETS_TOPIC
 from broker.handlers.common import local_partition
 from proto import broker_pb2 as pb
 
 VALID_ACKS = (0, 1, -1)
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 WAIT_SLACK_S = 5.0  # beyond timeout_ms, in case the timer thread is late
 MAX_TIMEOUT_MS = 300_000  # a longer timeout_ms is cut to this (STYLE.md §8: every request has a maximum)
 
@@ -37,6 +39,10 @@ def handle(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse
             )
             if acks not in VALID_ACKS:
                 answer.error.CopyFrom(error(INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, got {acks}"))
+                continue
+            if topic_data.name in INTERNAL_TOPICS:  # Kafka: only the coordinators write there
+                why = f"cannot append to internal topic {topic_data.name}"
+                answer.error.CopyFrom(error(INVALID_TOPIC_EXCEPTION, why))
                 continue
             status = _append(ctx, topic_data.name, data.partition, records, acks, answer)
             if status is not None and acks == -1:

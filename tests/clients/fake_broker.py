@@ -19,6 +19,8 @@ from typing import Any
 
 import grpc
 
+from log.errors import LogError
+from log.producer_state import ProducerStateManager
 from log.record import iter_batches, patch_base_offset, read_batch
 from odradek.types import TopicPartition
 from proto import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2
@@ -32,6 +34,7 @@ class FakePartition:
     log_start_offset: int = 0
     log_end_offset: int = 0
     batches: list[tuple[int, int, int, bytes]] = field(default_factory=list)  # base, next, max_ts, bytes
+    producers: ProducerStateManager = field(default_factory=ProducerStateManager)  # the broker's idempotence
 
     def records_from(self, offset: int, max_bytes: int, whole_first_batch: bool = True) -> bytes:
         """Batches from the one holding ``offset``, up to ``max_bytes``: the first one whole (KIP-74), or
@@ -48,6 +51,9 @@ class FakePartition:
             out.append(data)
             size += len(data)
         return b"".join(out)
+
+
+LOSE_RESPONSE = "LOSE_RESPONSE"  # an inject() code: write the records, then fail the call as if the answer was lost
 
 
 def _error(code: str = "", message: str = "") -> common_pb2.Error:
@@ -75,6 +81,8 @@ class FakeCluster:
         self.produce_active = 0  # Produce calls being handled now, and the most at once
         self.produce_active_max = 0
         self.whole_first_batch = True  # KIP-74; False: answers are cut at the fetch size
+        self.groups: Any = None  # a FakeCoordinator (tests/clients/fake_coordinator.py) answers the group RPCs
+        self.next_producer_id = 1000  # InitProducerId hands out ids from here
         for node in node_ids:
             self.start_broker(node)
 
@@ -139,6 +147,7 @@ class FakeCluster:
         base = part.log_end_offset
         buf = bytearray(records)
         for pos, header in list(iter_batches(bytes(buf))):
+            part.producers.update(header, part.log_end_offset)
             patch_base_offset(buf, pos, part.log_end_offset)
             nxt = part.log_end_offset + header.last_offset_delta + 1
             part.batches.append(
@@ -223,10 +232,32 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
             c.produce_active -= 1
             self._record("Produce", request)
             topics = []
+            lose = False  # inject(..., LOSE_RESPONSE): the records are written, the answer never arrives
             for t in request.topics:
+                for p in t.partitions:
+                    queue = c.injected.get(("Produce", TopicPartition(t.name, p.partition)))
+                    if queue and queue[0] == LOSE_RESPONSE:
+                        queue.popleft()
+                        lose = True
                 answers = [self._produce_partition(t.name, p.partition, p.records) for p in t.partitions]
                 topics.append(broker_pb2.ProduceTopicResponse(name=t.name, partitions=answers))
-            return broker_pb2.ProduceResponse(topics=topics)
+        if lose:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the fake broker lost this answer on purpose")
+        return broker_pb2.ProduceResponse(topics=topics)
+
+    def InitProducerId(self, request: Any, context: Any) -> broker_pb2.InitProducerIdResponse:
+        c = self.cluster
+        with c.lock:
+            self._record("InitProducerId", request)
+            code = c.take_injected("InitProducerId", TopicPartition("", 0))
+            if code:
+                return broker_pb2.InitProducerIdResponse(error=_error(code, code.lower()), producer_id=-1)
+            if request.producer_id >= 0:
+                return broker_pb2.InitProducerIdResponse(
+                    producer_id=request.producer_id, producer_epoch=request.producer_epoch + 1
+                )
+            c.next_producer_id += 1
+            return broker_pb2.InitProducerIdResponse(producer_id=c.next_producer_id - 1, producer_epoch=0)
 
     def _produce_partition(self, topic: str, partition: int, records: bytes) -> broker_pb2.ProducePartitionResponse:
         c = self.cluster
@@ -250,9 +281,15 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
         if part.leader != self.node_id:
             return answer("NOT_LEADER_OR_FOLLOWER")
         try:
-            list(iter_batches(records))
+            headers = [h for _, h in iter_batches(records)]
         except Exception:
             return answer("CORRUPT_MESSAGE")
+        try:
+            verdict = part.producers.check_append(headers)
+        except LogError as exc:
+            return answer(exc.code)
+        if verdict.duplicate is not None:
+            return answer("", verdict.duplicate.first_offset)
         return answer("", c._append(part, records))
 
     def Fetch(self, request: broker_pb2.FetchRequest, context: Any) -> broker_pb2.FetchResponse:
@@ -341,6 +378,39 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
                 if record.timestamp >= timestamp:
                     return record.offset, record.timestamp
         return -1, -1
+
+    # ------------------------------------------------------------------------------- groups
+
+    def _group_call(self, rpc: str, request: Any, context: Any) -> Any:
+        c = self.cluster
+        with c.lock:
+            self._record(rpc, request)
+            if c.groups is None:
+                context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{rpc} needs cluster.groups")
+            if rpc == "FindCoordinator":
+                return c.groups.FindCoordinator(self.node_id, request, f"127.0.0.1:{c.ports[c.groups.node]}")
+            return getattr(c.groups, rpc)(self.node_id, request)
+
+    def FindCoordinator(self, request: Any, context: Any) -> Any:
+        return self._group_call("FindCoordinator", request, context)
+
+    def ConsumerGroupHeartbeat(self, request: Any, context: Any) -> Any:
+        return self._group_call("ConsumerGroupHeartbeat", request, context)
+
+    def OffsetCommit(self, request: Any, context: Any) -> Any:
+        return self._group_call("OffsetCommit", request, context)
+
+    def OffsetFetch(self, request: Any, context: Any) -> Any:
+        return self._group_call("OffsetFetch", request, context)
+
+    def ListGroups(self, request: Any, context: Any) -> Any:
+        return self._group_call("ListGroups", request, context)
+
+    def ConsumerGroupDescribe(self, request: Any, context: Any) -> Any:
+        return self._group_call("ConsumerGroupDescribe", request, context)
+
+    def DeleteGroups(self, request: Any, context: Any) -> Any:
+        return self._group_call("DeleteGroups", request, context)
 
     # -------------------------------------------------------------------------------- admin
 

@@ -13,9 +13,9 @@ from odradek.errors import (
     InvalidReplicationFactorError,
     KafkaTimeoutError,
     NetworkError,
-    NotSupportedYetError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
 )
 from odradek.types import (
     BrokerDescription,
@@ -191,12 +191,9 @@ def test_configs(cluster: FakeCluster) -> None:
             a.alter_configs({("topic", "nope"): {"a": "b"}})
 
 
-def test_groups_are_not_supported_yet(cluster: FakeCluster) -> None:
-    with admin(cluster) as a:
-        with pytest.raises(NotSupportedYetError, match="consumer groups"):
-            a.list_groups()
-        with pytest.raises(NotSupportedYetError, match="consumer groups"):
-            a.describe_group("billing")
+def test_group_calls_need_a_coordinator(cluster: FakeCluster) -> None:
+    with admin(cluster) as a, pytest.raises(UnsupportedVersionError):  # groups: tests/clients/test_group_admin.py
+        a.describe_group("billing")
 
 
 def test_bootstrap_tries_each_server(cluster: FakeCluster) -> None:

@@ -12,11 +12,11 @@ from odradek import Consumer, ConsumerRecord, Producer, TopicPartition
 from odradek.errors import (
     CorruptMessageError,
     IllegalStateError,
+    InvalidGroupIdError,
     InvalidTopicError,
     KafkaTimeoutError,
     MessageTooLargeError,
     NoOffsetForPartitionError,
-    NotSupportedYetError,
     OffsetOutOfRangeError,
 )
 from odradek.types import OffsetAndTimestamp
@@ -321,13 +321,13 @@ def test_assignment_and_pause(cluster: FakeCluster) -> None:
             c.assign(["t"])  # type: ignore[list-item]
 
 
-def test_groups_are_not_supported_yet(cluster: FakeCluster) -> None:
-    with consumer(cluster, **{"group.id": "billing", "enable.auto.commit": False}) as c:
-        with pytest.raises(NotSupportedYetError, match="consumer group"):
+def test_group_calls_need_a_group_id(cluster: FakeCluster) -> None:
+    with consumer(cluster, **{"enable.auto.commit": False}) as c:  # groups: tests/clients/test_group_consumer.py
+        with pytest.raises(InvalidGroupIdError, match="group.id"):
             c.subscribe(["t"])
-        with pytest.raises(NotSupportedYetError, match="group.id support"):
+        with pytest.raises(InvalidGroupIdError, match="group.id"):
             c.commit()
-        with pytest.raises(NotSupportedYetError, match="group.id support"):
+        with pytest.raises(InvalidGroupIdError, match="group.id"):
             c.committed(T0)
 
 

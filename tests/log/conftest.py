@@ -54,12 +54,12 @@ def make_batch(
     return bytes(builder.build())
 
 
-def batch_of_size(size_bytes: int, *, timestamp: int = START_MS) -> bytes:
-    """A one-record uncompressed batch of exactly ``size_bytes`` bytes (>= 80)."""
-    overhead = len(make_batch([b""], timestamps=[timestamp]))
+def batch_of_size(size_bytes: int, *, timestamp: int = START_MS, key: bytes | None = None) -> bytes:
+    """A one-record uncompressed batch of exactly ``size_bytes`` bytes (>= 80 + the key)."""
+    overhead = len(make_batch([b""], timestamps=[timestamp], key=key))
     value_len = size_bytes - overhead
     for _ in range(3):  # the value's varint length grows with the value: converge
-        batch = make_batch([b"x" * value_len], timestamps=[timestamp])
+        batch = make_batch([b"x" * value_len], timestamps=[timestamp], key=key)
         value_len += size_bytes - len(batch)
     assert len(batch) == size_bytes, (len(batch), size_bytes)
     return batch

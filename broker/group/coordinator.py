@@ -1,0 +1,341 @@
+"""The group coordinator runtime: the shards this broker leads, their loading, writes and timers.
+
+A group's coordinator is the leader of ``__consumer_offsets`` partition ``partition_for(group_id, N)``
+(:func:`broker.group.config.partition_for`). For each such partition this broker leads, one
+:class:`_Shard` holds a :class:`~broker.group.shard.GroupShard` (the pure state machine).
+
+Threads and locks (STYLE.md §6: one owner per state machine):
+
+* **One lock per shard.** A request thread takes its shard's lock, runs the operation on the state
+  machine, appends the records it emitted to the partition as leader (so the log order is the order of
+  the state changes), and releases the lock. Then, outside the lock, it waits (bounded by
+  ``offsets.commit.timeout.ms``) until the high watermark passes the records (acks=all), and only then
+  answers. An append that fails restores the groups saved before the operation; a write that does not
+  replicate in time answers COORDINATOR_NOT_AVAILABLE (the state keeps it: a new leader re-reads the log).
+* **The coordinator thread** loads a shard when this broker becomes leader of its partition (it reads the
+  log from the start and replays every record; requests meanwhile answer COORDINATOR_LOAD_IN_PROGRESS),
+  and every :data:`TICK_S` runs the shards' timers (session and rebalance timeouts; offset retention every
+  ``offsets.retention.check.interval.ms``), and
+  after each metadata change deletes the offsets of deleted topics.
+* **The metadata thread** calls :meth:`GroupCoordinator.on_partition` after each role change of a
+  ``__consumer_offsets`` partition: it swaps the shard map (copy-on-write, under ``_lock``) and queues
+  the load; it never waits for one. Losing leadership drops the shard at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from broker.delayed_produce import DelayedProduce, ProduceStatus
+from broker.group import errors as E
+from broker.group.config import OFFSETS_TOPIC, GroupConfig, partition_for
+from broker.group.errors import GroupError
+from broker.group.model import ConsumerGroup
+from broker.group.records import CoordinatorRecord, decode_record
+from broker.group.shard import GroupShard, Records, TopicsView
+from broker.metadata_cache import MetadataCache
+from broker.replica_manager import ReplicaManager
+from log.clock import Clock
+from log.record.builder import build_batch
+from log.record.reader import iter_batches_with_records
+from replication.partition import Partition, Role
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+TICK_S = 0.1
+LOAD_ATTEMPTS = 3
+LOAD_RETRY_S = 0.5
+WAIT_SLACK_S = 5.0
+
+# how a failed append of coordinator records answers (Kafka's GroupMetadataManager mapping)
+_WRITE_ERRORS = {
+    "NOT_LEADER_OR_FOLLOWER": E.NOT_COORDINATOR,
+    "FENCED_LEADER_EPOCH": E.NOT_COORDINATOR,
+    "KAFKA_STORAGE_ERROR": E.NOT_COORDINATOR,
+    "NOT_ENOUGH_REPLICAS": E.COORDINATOR_NOT_AVAILABLE,
+    "NOT_ENOUGH_REPLICAS_AFTER_APPEND": E.COORDINATOR_NOT_AVAILABLE,
+    "REQUEST_TIMED_OUT": E.COORDINATOR_NOT_AVAILABLE,
+    "MESSAGE_TOO_LARGE": E.INVALID_COMMIT_OFFSET_SIZE,
+    "RECORD_LIST_TOO_LARGE": E.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
+class ImageTopics:
+    """The metadata image as the state machine's :class:`~broker.group.shard.TopicsView`."""
+
+    def __init__(self, metadata: MetadataCache) -> None:
+        self._image = metadata.image
+
+    def partition_count(self, topic: str) -> int | None:
+        t = self._image.topic(topic)
+        return len(t.partitions) if t is not None else None
+
+    def topic_names(self) -> Iterable[str]:
+        return self._image.topics_by_name.keys()
+
+
+@dataclass(eq=False)
+class _Shard:
+    partition: int
+    leader_epoch: int
+    core: GroupShard
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    loaded: bool = False
+    failure: str = ""
+
+
+class GroupCoordinator:
+    """See the module docstring. Thread-safety: every public method is for any thread."""
+
+    def __init__(
+        self, broker_id: int, config: GroupConfig, clock: Clock, replicas: ReplicaManager, metadata: MetadataCache
+    ) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.clock = clock
+        self._replicas = replicas
+        self._metadata = metadata
+        self._lock = threading.Lock()
+        self._shards: dict[int, _Shard] = {}
+        self._loads: queue.Queue[_Shard | None] = queue.Queue()
+        self._checked_image_offset = -2  # the metadata offset S4 last looked at
+        self._next_retention_check_ms = 0.0
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"broker-{broker_id}-coordinator", daemon=True)
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._loads.put(None)
+        if self._thread.is_alive():
+            self._thread.join(5.0)
+        with self._lock:
+            self._shards = {}
+
+    def on_partition(self, topic: str, number: int, partition: Partition | None) -> None:
+        """The metadata thread changed ``topic-number`` here (None: removed): load or drop its shard."""
+        if topic != OFFSETS_TOPIC:
+            return
+        leading = partition is not None and partition.role is Role.LEADER
+        with self._lock:
+            current = self._shards.get(number)
+            if leading and partition is not None:
+                if current is not None and current.leader_epoch == partition.leader_epoch:
+                    return
+                shard = _Shard(number, partition.leader_epoch, GroupShard(number, self.config, self.clock))
+                self._shards = {**self._shards, number: shard}
+                self._loads.put(shard)
+                logger.info("broker %d: loading groups of %s-%d (leader epoch %d)", self.broker_id, topic, number,
+                            partition.leader_epoch)  # fmt: skip
+            elif current is not None:
+                self._shards = {k: v for k, v in self._shards.items() if k != number}
+                logger.info("broker %d: no longer coordinator of %s-%d; groups dropped", self.broker_id, topic, number)
+
+    # --- the coordinator thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                shard = self._loads.get(timeout=TICK_S)
+            except queue.Empty:
+                shard = None
+            try:
+                if shard is not None:
+                    self._load(shard)
+                self._tick()
+            except Exception:
+                logger.exception("broker %d: coordinator thread error", self.broker_id)
+
+    def _load(self, shard: _Shard) -> None:
+        """Replay the partition's log into a fresh state machine; publish it if the shard is still current.
+
+        A read that fails is retried (:data:`LOAD_ATTEMPTS`, e.g. a config change reopened the log under
+        us); after that the shard answers COORDINATOR_NOT_AVAILABLE rather than coordinate from a log it
+        could not read whole (a corrupt record included).
+        """
+        for attempt in range(1, LOAD_ATTEMPTS + 1):
+            partition = self._replicas.partition(OFFSETS_TOPIC, shard.partition)
+            if partition is None or self._shards.get(shard.partition) is not shard or self._stopping.is_set():
+                return
+            try:
+                core, count = self._replay_log(partition, shard.partition)
+                break
+            except Exception as exc:  # RecordFormatError, CorruptRecordError, StorageError...
+                shard.failure = f"cannot load {OFFSETS_TOPIC}-{shard.partition}: {exc!r}"
+                logger.warning("broker %d: %s (attempt %d)", self.broker_id, shard.failure, attempt)
+                self._stopping.wait(LOAD_RETRY_S)
+        else:
+            return
+        with shard.lock:
+            if self._shards.get(shard.partition) is not shard:
+                return
+            core.on_loaded()
+            shard.core = core
+            shard.failure = ""
+            shard.loaded = True
+        logger.info("broker %d: loaded %d groups from %d records of %s-%d", self.broker_id, len(core.groups), count,
+                    OFFSETS_TOPIC, shard.partition)  # fmt: skip
+
+    def _replay_log(self, partition: Partition, number: int) -> tuple[GroupShard, int]:
+        core = GroupShard(number, self.config, self.clock)
+        log = partition.log
+        offset, count = log.log_start_offset, 0
+        while offset < log.log_end_offset:
+            data = log.read(offset, self.config.offsets_load_buffer_size, min_one_batch=True)
+            if not data.records:
+                break
+            for header, records in iter_batches_with_records(data.records):
+                offset = header.next_offset
+                for r in records:
+                    if not r.is_control:
+                        core.replay(decode_record(r.key, r.value))
+                        count += 1
+        return core, count
+
+    def _tick(self) -> None:
+        now = self.clock.monotonic_ms()
+        retention = now >= self._next_retention_check_ms
+        if retention:
+            self._next_retention_check_ms = now + self.config.offsets_retention_check_interval_ms
+        for shard in list(self._shards.values()):
+            if not shard.loaded:
+                continue
+            with shard.lock:  # the groups are the request threads' too
+                if shard.core.next_deadline_ms() > now and not retention:
+                    continue
+                due = shard.core.due_groups(retention=retention)
+            for gid in due:
+                try:
+                    self._execute(shard, [gid], _expire_op(gid, retention), wait=False)
+                except GroupError as exc:
+                    logger.info("broker %d: expiring group %s: %s %s", self.broker_id, gid, exc.code, exc)
+        image_offset = self._metadata.image.offset
+        if image_offset != self._checked_image_offset:
+            self._checked_image_offset = image_offset
+            self._delete_offsets_of_deleted_topics()
+
+    def _delete_offsets_of_deleted_topics(self) -> None:
+        topics = self.topics()
+        for shard in list(self._shards.values()):
+            if not shard.loaded:
+                continue
+            with shard.lock:
+                groups = shard.core.groups_with_deleted_topics(topics)
+            for gid in groups:
+                op = _delete_offsets_op(gid, topics)
+                try:
+                    self._execute(shard, [gid], op, wait=False)
+                except GroupError as exc:
+                    logger.info("broker %d: deleting offsets of group %s: %s %s", self.broker_id, gid, exc.code, exc)
+
+    # --- running operations ----------------------------------------------------------------------------
+
+    def num_partitions(self) -> int | None:
+        t = self._metadata.image.topic(OFFSETS_TOPIC)
+        return len(t.partitions) if t is not None and t.partitions else None
+
+    def partition_of(self, group_id: str) -> int:
+        n = self.num_partitions()
+        if n is None:
+            raise GroupError(E.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet")
+        return partition_for(group_id, n)
+
+    def _shard(self, group_id: str) -> _Shard:
+        if not group_id:
+            raise GroupError(E.INVALID_GROUP_ID, "the group id must not be empty")
+        number = self.partition_of(group_id)
+        shard = self._shards.get(number)
+        if shard is None:
+            raise GroupError(E.NOT_COORDINATOR, f"broker {self.broker_id} is not the coordinator of group "
+                             f"{group_id} ({OFFSETS_TOPIC}-{number})")  # fmt: skip
+        if shard.failure:
+            raise GroupError(E.COORDINATOR_NOT_AVAILABLE, shard.failure)
+        if not shard.loaded:
+            raise GroupError(E.COORDINATOR_LOAD_IN_PROGRESS, f"{OFFSETS_TOPIC}-{number} is loading")
+        return shard
+
+    def topics(self) -> TopicsView:
+        return ImageTopics(self._metadata)
+
+    def run(
+        self, group_id: str, op: Callable[[GroupShard], tuple[T, Records]], *, touches: Iterable[str] | None = None
+    ) -> T:
+        """Run ``op`` on the group's shard, persist what it emitted, answer once it is committed."""
+        shard = self._shard(group_id)
+        return self._execute(shard, list(touches) if touches is not None else [group_id], op, wait=True)
+
+    def read(self, group_id: str, op: Callable[[GroupShard], T]) -> T:
+        """A read-only operation, under the shard lock."""
+        shard = self._shard(group_id)
+        with shard.lock:
+            self._check_current(shard)
+            return op(shard.core)
+
+    def shards(self) -> list[tuple[int, GroupShard, threading.Lock]]:
+        return [(s.partition, s.core, s.lock) for s in self._shards.values() if s.loaded]
+
+    def _check_current(self, shard: _Shard) -> None:
+        if self._shards.get(shard.partition) is not shard:
+            raise GroupError(E.NOT_COORDINATOR, f"broker {self.broker_id} stopped coordinating "
+                             f"{OFFSETS_TOPIC}-{shard.partition}")  # fmt: skip
+
+    def _execute(
+        self, shard: _Shard, group_ids: list[str], op: Callable[[GroupShard], tuple[T, Records]], *, wait: bool
+    ) -> T:
+        with shard.lock:
+            self._check_current(shard)
+            saved: dict[str, ConsumerGroup | None] = shard.core.save(group_ids)
+            try:
+                result, records = op(shard.core)
+                status = self._append(shard, records) if records else None
+            except BaseException:
+                shard.core.restore(saved)
+                raise
+        if status is not None and wait:
+            self._await(status)
+        return result
+
+    def _append(self, shard: _Shard, records: list[CoordinatorRecord]) -> ProduceStatus:
+        partition = self._replicas.partition(OFFSETS_TOPIC, shard.partition)
+        if partition is None or not partition.is_leader or partition.leader_epoch != shard.leader_epoch:
+            raise GroupError(E.NOT_COORDINATOR, f"broker {self.broker_id} no longer leads "
+                             f"{OFFSETS_TOPIC}-{shard.partition}")  # fmt: skip
+        encoded = [r.encode() for r in records]
+        batch = build_batch([v for _, v in encoded], keys=[k for k, _ in encoded], timestamp_ms=self.clock.time_ms())
+        try:
+            info = partition.append_as_leader(batch, acks=-1)
+        except Exception as exc:
+            code = str(getattr(exc, "code", ""))
+            why = f"writing to {partition.key_str}: {exc}"
+            raise GroupError(_WRITE_ERRORS.get(code, "UNKNOWN_SERVER_ERROR"), why) from None
+        self._replicas.complete_delayed(partition.key)
+        return ProduceStatus(partition.key, info.last_offset + 1, shard.leader_epoch)
+
+    def _await(self, status: ProduceStatus) -> None:
+        """acks=all: until the high watermark passes the records, bounded by ``offsets.commit.timeout.ms``."""
+        timeout_ms = self.config.offsets_commit_timeout_ms
+        op = DelayedProduce(timeout_ms, [status], lambda key: self._replicas.partition(*key))
+        purgatory = self._replicas.produce_purgatory
+        if not purgatory.try_complete_else_watch(op, op.keys) and not op.wait(timeout_ms / 1000 + WAIT_SLACK_S):
+            op.expire()
+        if status.error:
+            why = f"the write to {status.key[0]}-{status.key[1]} was not replicated: {status.error}"
+            raise GroupError(_WRITE_ERRORS.get(status.error, E.COORDINATOR_NOT_AVAILABLE), why)
+
+
+def _expire_op(group_id: str, retention: bool) -> Callable[[GroupShard], tuple[None, Records]]:
+    return lambda core: (None, core.expire_group(group_id, retention=retention))
+
+
+def _delete_offsets_op(group_id: str, topics: TopicsView) -> Callable[[GroupShard], tuple[None, Records]]:
+    return lambda core: (None, core.delete_offsets_of_deleted_topics(group_id, topics))

@@ -1,0 +1,224 @@
+"""Producer-state snapshots: the file codec, and loading a partition's state (snapshot + log tail replay).
+
+A snapshot ``<offset:020d>.snapshot`` in the partition directory holds the producer entries that
+summarize every batch below ``offset`` (Kafka's ``<offset>.snapshot`` files). Layout (big-endian)::
+
+    header   SNAPSHOT_HEADER
+             u16  version            1
+             u32  crc                CRC-32C of every byte after this field
+             i32  entry count
+    entry    ENTRY, one per producer, by producer id
+             i64  producer id
+             i16  producer epoch
+             i64  last timestamp     ms, what expiration compares
+             u8   batch count        at most 5
+    batch    BATCH, ``batch count`` of them after their entry, oldest first
+             i32  first sequence
+             i32  last sequence
+             i64  first offset
+             i32  last offset delta
+             i64  timestamp          ms
+
+When (Kafka's rules): the partition writes one when the log rolls a segment and when it closes; on open it
+loads the newest snapshot at or below the log end offset and replays the batch headers from there to the
+log end (records are never decoded). Snapshots beyond the log end (after a crash or a truncation) are
+deleted; only the newest :data:`SNAPSHOTS_KEPT` are kept. A snapshot that fails its CRC is skipped (the
+next older one is used, else the whole log is replayed). Writes are atomic (``.tmp``, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+from pathlib import Path
+
+from crc32c import crc32c
+
+from log.checkpoint import TMP_SUFFIX, fsync_dir
+from log.errors import StorageError
+from log.log import Log
+from log.producer_state import MAX_BATCHES_PER_PRODUCER, BatchMetadata, ProducerEntry, ProducerStateManager
+from log.record.header import iter_batches
+from log.segment import file_stem, parse_base_offset
+
+logger = logging.getLogger(__name__)
+
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOTS_KEPT = 2
+VERSION = 1
+SNAPSHOT_HEADER = struct.Struct(
+    ">"
+    "H"  # version
+    "I"  # crc of the rest
+    "i"  # entry count
+)
+ENTRY = struct.Struct(
+    ">"
+    "q"  # producer id
+    "h"  # producer epoch
+    "q"  # last timestamp
+    "B"  # batch count
+)
+BATCH = struct.Struct(
+    ">"
+    "i"  # first sequence
+    "i"  # last sequence
+    "q"  # first offset
+    "i"  # last offset delta
+    "q"  # timestamp
+)
+_REPLAY_CHUNK_BYTES = 1 << 20
+
+
+# ------------------------------------------------------------------------------------------ codec
+
+
+def encode(entries: list[ProducerEntry]) -> bytes:
+    body = bytearray(struct.pack(">i", len(entries)))
+    for e in entries:
+        body += ENTRY.pack(e.producer_id, e.producer_epoch, e.last_timestamp_ms, len(e.batches))
+        for b in e.batches:
+            body += BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset - b.first_offset, b.timestamp_ms)
+    crc = crc32c(bytes(body))
+    return struct.pack(">HI", VERSION, crc) + bytes(body)
+
+
+def decode(data: bytes, name: str = "snapshot") -> list[ProducerEntry]:
+    """The entries of a snapshot; :class:`StorageError` naming what is wrong with a bad one."""
+    if len(data) < SNAPSHOT_HEADER.size:
+        raise StorageError(f"{name}: truncated producer-state snapshot ({len(data)} bytes)")
+    version, crc, count = SNAPSHOT_HEADER.unpack_from(data, 0)
+    if version != VERSION:
+        raise StorageError(f"{name}: unsupported producer-state snapshot version {version}")
+    if crc32c(data[6:]) != crc:
+        raise StorageError(f"{name}: producer-state snapshot fails its CRC")
+    entries: list[ProducerEntry] = []
+    pos = SNAPSHOT_HEADER.size
+    try:
+        for _ in range(count):
+            pid, epoch, last_ts, n = ENTRY.unpack_from(data, pos)
+            pos += ENTRY.size
+            if n > MAX_BATCHES_PER_PRODUCER:
+                raise StorageError(f"{name}: producer {pid} has {n} batches, more than {MAX_BATCHES_PER_PRODUCER}")
+            batches = []
+            for _ in range(n):
+                first_seq, last_seq, first_offset, delta, ts = BATCH.unpack_from(data, pos)
+                pos += BATCH.size
+                batches.append(BatchMetadata(first_seq, last_seq, first_offset, first_offset + delta, ts))
+            entries.append(ProducerEntry(pid, epoch, tuple(batches), last_ts))
+    except struct.error as e:
+        raise StorageError(f"{name}: truncated producer-state snapshot: {e}") from None
+    if pos != len(data):
+        raise StorageError(f"{name}: {len(data) - pos} trailing bytes in the producer-state snapshot")
+    return entries
+
+
+# ------------------------------------------------------------------------------------------ files
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / (file_stem(offset) + SNAPSHOT_SUFFIX)
+
+
+def list_snapshots(directory: Path) -> list[int]:
+    """The offsets of the snapshot files in ``directory``, oldest first."""
+    offsets = []
+    for path in directory.iterdir():
+        offset = parse_base_offset(path.name)
+        if offset is not None and path.name == file_stem(offset) + SNAPSHOT_SUFFIX:
+            offsets.append(offset)
+    return sorted(offsets)
+
+
+def write_snapshot(directory: Path, state: ProducerStateManager) -> int:
+    """Write the state as ``<map_end_offset>.snapshot`` (atomically), drop older surplus ones; the offset."""
+    offset = state.map_end_offset
+    path = snapshot_path(directory, offset)
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    data = encode(list(state))
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        for old in list_snapshots(directory)[:-SNAPSHOTS_KEPT]:
+            snapshot_path(directory, old).unlink(missing_ok=True)
+        fsync_dir(directory)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise StorageError(f"cannot write producer-state snapshot {path}: {e}") from e
+    return offset
+
+
+def delete_snapshots_above(directory: Path, offset: int) -> None:
+    """Remove snapshots that name an offset past ``offset`` (the log was cut there)."""
+    removed = False
+    for found in list_snapshots(directory):
+        if found > offset:
+            snapshot_path(directory, found).unlink(missing_ok=True)
+            removed = True
+    if removed:
+        fsync_dir(directory)
+
+
+# ------------------------------------------------------------------------------------ load, replay
+
+
+def load(log: Log) -> ProducerStateManager:
+    """The state of ``log``: its newest usable snapshot at or below the log end, then the tail replayed."""
+    state = ProducerStateManager()
+    reload_to(log, state)
+    return state
+
+
+def reload_to(log: Log, state: ProducerStateManager) -> None:
+    """Rebuild ``state`` for the log as it is now (after open, a truncation or a restart at an offset)."""
+    end = log.log_end_offset
+    delete_snapshots_above(log.dir, end)
+    start_from = log.log_start_offset
+    entries: list[ProducerEntry] = []
+    for offset in reversed(list_snapshots(log.dir)):
+        try:
+            entries = decode(snapshot_path(log.dir, offset).read_bytes(), str(snapshot_path(log.dir, offset)))
+        except (OSError, StorageError) as e:
+            logger.warning("%s: skipping producer-state snapshot %d: %s", log.dir, offset, e)
+            continue
+        start_from = max(offset, log.log_start_offset)
+        break
+    state.truncate_and_reload(entries, start_from)
+    replay(log, state, start_from)
+
+
+def replay(log: Log, state: ProducerStateManager, from_offset: int) -> int:
+    """Feed the headers of the batches from ``from_offset`` to the log end into ``state``; the batches read."""
+    offset = max(from_offset, log.log_start_offset)
+    count = 0
+    while offset < log.log_end_offset:
+        chunk = log.read(offset, _REPLAY_CHUNK_BYTES).records
+        if not chunk:
+            break
+        for _, header in iter_batches(chunk, validate=False):
+            if header.next_offset > offset:
+                state.update(header, header.base_offset)
+                count += 1
+            offset = header.next_offset
+    state.map_end_offset = max(state.map_end_offset, log.log_end_offset)
+    return count
+
+
+def take_snapshot(log: Log, state: ProducerStateManager) -> int | None:
+    """:func:`write_snapshot` for the log's directory; a disk error is logged, not raised: the snapshot only
+    shortens recovery (the log tail is replayed from an older one), and the append it follows is done."""
+    try:
+        return write_snapshot(log.dir, state)
+    except StorageError as e:
+        logger.error("%s: %s", log.dir, e)
+        return None

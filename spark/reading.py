@@ -1,0 +1,190 @@
+"""The source's I/O: partitions and offsets on the driver, records of one offset range on an executor.
+
+:class:`OffsetReader` answers the planning questions (which partitions match the subscription, their
+earliest and latest offsets, offsets by timestamp) with the Admin client. :func:`read_range` runs in a
+Spark task: it reads ``[start, end)`` of one partition with the Consumer (assign, seek, poll) and yields
+Arrow record batches. Both get their clients from :mod:`spark.clients`, so nothing here is pickled
+with a gRPC channel in it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+import pyarrow as pa
+
+from odradek import Consumer
+from odradek.errors import OffsetOutOfRangeError
+from odradek.types import ConsumerRecord, TopicPartition
+from spark import clients
+from spark.options import EARLIEST, OffsetSpec, OptionError, SourceOptions, Subscription
+from spark.planning import DataLoss, OffsetRange, Offsets, find_data_loss
+from spark.schema import to_record_batch
+
+log = logging.getLogger(__name__)
+
+POLL_SLICE_MS = 500
+DATA_LOSS_HINT = (
+    "Some data may have been lost because it is not available in Odradek any more: either it was aged out "
+    "by retention, or the topic was deleted or re-created before all of its data was processed. If you "
+    "do not want the query to fail in such cases, set the source option failOnDataLoss to false."
+)
+
+
+class DataLossError(RuntimeError):
+    """Offsets the query needs were deleted (``failOnDataLoss=true``)."""
+
+
+def report_data_loss(losses: Iterable[DataLoss], fail: bool) -> None:
+    """Raise :class:`DataLossError` naming every loss, or log each as a warning (``failOnDataLoss=false``)."""
+    messages = [loss.message() for loss in losses]
+    if not messages:
+        return
+    if fail:
+        raise DataLossError("; ".join(messages) + ". " + DATA_LOSS_HINT)
+    for message in messages:
+        log.warning("%s; reading on from the earliest offset still available (failOnDataLoss=false)", message)
+
+
+class OffsetReader:
+    """Partitions and offsets for the driver. One per reader; the Admin client comes from the process cache."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[TopicPartition]:
+        """The partitions the subscription names now (a topic that does not exist yet has none)."""
+        sub: Subscription = self.options.subscription
+        admin = clients.admin(self.options.client)
+        if sub.assigned:
+            return list(sub.assigned)
+        existing = set(admin.list_topics())
+        topics = sorted(t for t in existing if sub.matches(t))
+        if not topics:
+            return []
+        described = admin.describe_topics(topics)
+        return sorted(TopicPartition(t, p.partition) for t, d in described.items() for p in d.partitions)
+
+    def earliest(self, tps: Iterable[TopicPartition]) -> Offsets:
+        return self._list(dict.fromkeys(tps, "earliest"))
+
+    def latest(self, tps: Iterable[TopicPartition]) -> Offsets:
+        return self._list(dict.fromkeys(tps, "latest"))
+
+    def _list(self, specs: Mapping[TopicPartition, str | int]) -> Offsets:
+        if not specs:
+            return {}
+        return clients.admin(self.options.client).list_offsets(specs)
+
+    def resolve(self, spec: OffsetSpec, tps: list[TopicPartition], side: str) -> Offsets:
+        """The offsets ``spec`` names for ``tps``; ``side`` ("starting" or "ending") names the option in messages."""
+        option = {"timestamp": f"{side}Timestamp", "timestamps": f"{side}OffsetsByTimestamp"}.get(
+            spec.kind, f"{side}Offsets"
+        )
+        if spec.kind == "earliest":
+            return self.earliest(tps)
+        if spec.kind == "latest":
+            return self.latest(tps)
+        if spec.kind == "timestamp":
+            return self._by_timestamp(dict.fromkeys(tps, spec.timestamp_ms), spec.strategy, option)
+        _check_covers(spec.offsets, tps, option)
+        if spec.kind == "timestamps":
+            return self._by_timestamp(spec.offsets, spec.strategy, option)
+        resolved = dict(spec.offsets)
+        lookups = {tp: ("earliest" if o == EARLIEST else "latest") for tp, o in resolved.items() if o < 0}
+        resolved.update(self._list(lookups))
+        return resolved
+
+    def _by_timestamp(self, timestamps: Mapping[TopicPartition, int], strategy: str, option: str) -> Offsets:
+        found = self._list(timestamps)
+        missing = sorted(tp for tp, offset in found.items() if offset < 0)
+        if missing and strategy == "error":
+            raise OptionError(
+                f"{option}: no record of {', '.join(map(str, missing))} has a timestamp at or after "
+                f"{', '.join(str(timestamps[tp]) for tp in missing)}; set startingOffsetsByTimestampStrategy "
+                "to latest to start at the end of such partitions"
+            )
+        if missing:
+            found.update(self.latest(missing))
+        return found
+
+
+def _check_covers(offsets: Mapping[TopicPartition, int], tps: list[TopicPartition], option: str) -> None:
+    """Like Spark's Kafka source: offsets given per partition must name exactly the subscribed partitions."""
+    missing = sorted(set(tps) - set(offsets))
+    extra = sorted(set(offsets) - set(tps))
+    if missing:
+        raise OptionError(f"{option} must name every partition of the subscription; missing: "
+                          f"{', '.join(map(str, missing))} (use -2 for earliest, -1 for latest)")  # fmt: skip
+    if extra:
+        raise OptionError(f"{option} names partitions outside the subscription (or that do not exist): "
+                          f"{', '.join(map(str, extra))}")  # fmt: skip
+
+
+def read_range(
+    options: SourceOptions,
+    r: OffsetRange,
+    *,
+    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[pa.RecordBatch]:
+    """The records ``[r.start, r.end)`` of one partition as Arrow batches (for one Spark task).
+
+    Offsets that vanished since planning (retention) follow ``failOnDataLoss``. No progress for
+    ``kafkaConsumer.pollTimeoutMs`` (the leader gone for good, say) fails the task with a message
+    naming the partition and offsets; Spark then retries it.
+    """
+    consumer = clients.consumer(options.client)
+    tp = r.tp
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, r.start)
+        position = r.start
+        deadline = monotonic() + options.poll_timeout_ms / 1000
+        while position < r.end:
+            try:
+                records = consumer.poll(timeout_ms=POLL_SLICE_MS)
+            except OffsetOutOfRangeError:
+                records = []
+                resumed = _after_loss(consumer, tp, position, r.end, options.fail_on_data_loss)
+                if resumed >= r.end:
+                    break
+                if resumed == position:
+                    sleep(POLL_SLICE_MS / 1000)  # a transient answer: give the new leader time
+                position = resumed
+                consumer.seek(tp, position)
+            if records:
+                deadline = monotonic() + options.poll_timeout_ms / 1000
+                if records[-1].offset >= r.end:
+                    records = records[: bisect.bisect_left(records, r.end, key=_offset)]
+                if records:
+                    yield to_record_batch(records, options.include_headers)
+            position = consumer.position(tp)
+            if position < r.end and monotonic() > deadline:
+                raise TimeoutError(
+                    f"reading {tp} made no progress at offset {position} (the range ends at {r.end}) within "
+                    f"kafkaConsumer.pollTimeoutMs={options.poll_timeout_ms}"
+                )
+    except BaseException:
+        clients.discard_consumer(options.client)  # a fresh one for the retry: no half-read fetch state
+        raise
+    consumer.assign([])  # no fetches until the next task
+
+
+def _offset(record: ConsumerRecord) -> int:
+    return record.offset
+
+
+def _after_loss(consumer: Consumer, tp: TopicPartition, position: int, end: int, fail: bool) -> int:
+    """Where reading goes on after OFFSET_OUT_OF_RANGE at ``position`` (or raise, by ``failOnDataLoss``):
+    the earliest offset left, or ``end`` when the log now ends before ``position`` (nothing left to read)."""
+    earliest = consumer.beginning_offsets([tp])[tp]
+    latest = consumer.end_offsets([tp])[tp]
+    losses = find_data_loss({tp: position}, {tp: earliest}, {tp: latest})
+    report_data_loss(losses, fail)
+    if not losses:  # a transient answer (a new leader catching up): try the same offset again
+        return position
+    return earliest if position < earliest else end

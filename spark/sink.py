@@ -1,0 +1,151 @@
+"""The ``odradek`` sink: batch (``df.write``) and streaming (``df.writeStream``) writes to topics.
+
+Columns, as Spark's Kafka sink takes them: ``value`` (required, binary or string), ``key`` (binary or
+string), ``topic`` (string; the ``topic`` option, when given, overrides it), ``partition`` (int; null
+or absent: the producer's partitioner, murmur2 of the key), ``headers``
+(array<struct<key:string,value:binary>>). Strings are written as UTF-8. Other columns are ignored.
+
+Guarantee: at-least-once. A Spark task succeeds only after every one of its records was acknowledged
+by all in-sync replicas (``acks=all``); a record that cannot be written fails the task, and Spark
+retries the task, or (streaming) the query fails and re-runs the micro-batch from its checkpoint
+on restart. A retried task or re-run micro-batch writes its records again, so a failure can leave
+duplicates in the topic, never gaps. The producer underneath is idempotent
+(``enable.idempotence=true``): its own retries of a request do not duplicate records (once the
+cluster supports idempotence; see ``spark/README.md``), but retries of a Spark task or micro-batch do.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from odradek.errors import ConfigError
+from odradek.types import RecordMetadata
+from spark import clients
+from spark.options import OptionError, SinkOptions
+from spark.schema import check_sink_schema
+
+FLUSH_TIMEOUT_S = 600.0
+
+
+@dataclass
+class WrittenMessage(WriterCommitMessage):
+    """What one task wrote: its record count (summed by ``commit`` on the driver)."""
+
+    records: int
+
+
+class _Deliveries:
+    """Counts acknowledgements and keeps the first failure; callbacks arrive on the producer's thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.failed = 0
+        self.first_error: BaseException | None = None
+
+    def done(self, future: Future[RecordMetadata]) -> None:
+        error = future.exception()
+        if error is not None:
+            with self._lock:
+                self.failed += 1
+                if self.first_error is None:
+                    self.first_error = error
+
+
+def _check(options: SinkOptions, schema: StructType, overwrite: bool) -> None:
+    """The checks of a write, on the driver (``overwrite``: a batch write in mode overwrite)."""
+    if overwrite:
+        raise OptionError("the odradek sink cannot overwrite (a topic is an append-only log); use mode append")
+    check_sink_schema(schema, options.topic)
+    try:
+        clients.validate_producer_config(options.client)
+    except ConfigError as exc:
+        raise OptionError(f"a kafka.* option of the odradek sink is invalid: {exc}") from None
+
+
+def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WrittenMessage:
+    """Send every row of ``batches``; return once all are acknowledged, or raise the first failure."""
+    producer = clients.producer(options.client)
+    deliveries = _Deliveries()
+    sent = 0
+    for batch in batches:
+        columns = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
+        n = batch.num_rows
+        values = _bytes_column(columns["value"])
+        keys = _bytes_column(columns["key"]) if "key" in columns else repeat(None, n)
+        topics: Any = repeat(options.topic, n) if options.topic else columns["topic"].to_pylist()
+        partitions: Any = columns["partition"].to_pylist() if "partition" in columns else repeat(None, n)
+        headers: Any = _headers_column(columns["headers"]) if "headers" in columns else repeat(None, n)
+        for value, key, topic, partition, header in zip(values, keys, topics, partitions, headers, strict=False):
+            if topic is None:
+                raise ValueError("a row has a null topic; set the topic option to give rows a default topic")
+            future = producer.send(topic, value=value, key=key, headers=header, partition=partition)
+            future.add_done_callback(deliveries.done)
+            sent += 1
+    producer.flush(timeout=FLUSH_TIMEOUT_S)
+    if deliveries.first_error is not None:
+        raise RuntimeError(
+            f"{deliveries.failed} of {sent} records could not be written to Odradek; the first error: "
+            f"{deliveries.first_error!r}"
+        ) from deliveries.first_error
+    return WrittenMessage(sent)
+
+
+def _bytes_column(column: pa.Array) -> list[bytes | None]:
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return [None if s is None else s.encode() for s in column.to_pylist()]
+    return list(column.to_pylist())
+
+
+def _headers_column(column: pa.Array) -> list[list[tuple[str, bytes | None]] | None]:
+    out: list[list[tuple[str, bytes | None]] | None] = []
+    for headers in column.to_pylist():
+        if headers is None:
+            out.append(None)
+            continue
+        pairs = []
+        for h in headers:
+            value = h["value"]
+            pairs.append((h["key"], value.encode() if isinstance(value, str) else value))
+        out.append(pairs)
+    return out
+
+
+class OdradekBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("odradek")``: each task sends its rows and waits for their acknowledgements."""
+
+    def __init__(self, options: SinkOptions, schema: StructType, overwrite: bool) -> None:
+        _check(options, schema, overwrite)
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return write_batches(self.options, iterator)
+
+
+class OdradekStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("odradek")``: like the batch writer, once per micro-batch and task.
+
+    Every output mode appends: in complete mode (``overwrite``) each micro-batch writes the whole result
+    again, as Spark's Kafka sink does.
+    """
+
+    def __init__(self, options: SinkOptions, schema: StructType, overwrite: bool) -> None:
+        _check(options, schema, False)
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return write_batches(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to do: every task's records were acknowledged before the task succeeded."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing can be taken back: records written by the tasks that succeeded stay (at-least-once)."""

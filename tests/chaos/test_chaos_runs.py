@@ -1,0 +1,129 @@
+"""Short seeded chaos runs against a real local cluster, one per fault kind: zero anomalies expected.
+
+One cluster (3 controllers, 3 brokers, started as ``odradek up`` starts them) serves the whole module;
+each run uses its own topic. Group consumers run in the last test only: the group coordinator's 50
+``__consumer_offsets`` partitions make every later broker restart slower. Every run is seeded and
+bounded (about 20 s of faults, then recovery and drain); the module takes a few minutes. A failure
+prints the run's report; the history and report stay under pytest's tmp_path.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chaos.backends import Backend, Capability, NodeState, UnsupportedFault
+from chaos.backends.local import LocalBackend, plan_on_free_ports
+from chaos.faults import Timing
+from chaos.runner import RunConfig, RunResult, cluster_configs, run
+from controller.launcher import wait_until
+
+pytestmark = pytest.mark.chaos
+
+TIMING = Timing(quiet_s=(2.0, 4.0), hold_s=(4.0, 7.0), pause_s=9.0, recover_timeout_s=60.0)
+DURATION_S = 20.0
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBackend]:
+    broker_config, controller_config = cluster_configs()
+    with LocalBackend.start(tmp_path_factory.mktemp("chaos-cluster"), controllers=3, brokers=3,
+                            broker_config=broker_config, controller_config=controller_config) as started:  # fmt: skip
+        yield started
+
+
+def chaos_run(backend: Backend, tmp_path: Path, kind: str, seed: int, group_members: int = 0) -> RunResult:
+    config = RunConfig(duration_s=DURATION_S, seed=seed, faults=(kind,), out_dir=tmp_path / kind,
+                       topic=f"chaos-{kind}-{seed}", partitions=4, rate=100.0, timing=TIMING,
+                       group_members=group_members, drain_timeout_s=60.0)  # fmt: skip
+    lines: list[str] = []
+    result = run(config, backend, out=lines.append)
+    assert result.passed, "\n".join(lines) + "\n" + result.report
+    assert result.summary["faults"]["by_kind"].get(kind, 0) >= 1, result.report
+    assert result.summary["operations"]["sends"].get("ok", 0) > 0
+    return result
+
+
+@pytest.mark.parametrize(("kind", "seed"), [("kill-leader", 1), ("kill-follower", 2), ("kill-controller", 3)])
+def test_kill_and_restart(backend: LocalBackend, tmp_path: Path, kind: str, seed: int) -> None:
+    result = chaos_run(backend, tmp_path, kind, seed)
+    (episode,) = [e for e in result.summary["episodes"] if e["fault"] == kind][:1]
+    assert episode["recovered_s"] is not None
+
+
+def test_pause_longer_than_the_session_timeout(backend: LocalBackend, tmp_path: Path) -> None:
+    result = chaos_run(backend, tmp_path, "pause", 4)
+    episode = next(e for e in result.summary["episodes"] if e["fault"] == "pause")
+    assert episode["held_s"] > 6.0  # broker.session.timeout.ms of the chaos cluster
+
+
+def test_kill_two_brokers_writes_stall(backend: LocalBackend, tmp_path: Path) -> None:
+    """With RF 3 and min.insync.replicas 2, no write invoked while two brokers are down is acknowledged
+    before one of them starts again (the acked-below-min-isr checker); the window must have seen writes."""
+    result = chaos_run(backend, tmp_path, "kill-two", 5)
+    below = result.summary["below_min_isr"]
+    assert below["seconds"] > 0
+    assert sum(below["outcomes"].values()) > 0, result.report
+
+
+def test_the_local_backend_refuses_isolate(backend: LocalBackend) -> None:
+    """The local backend has no network namespaces: isolate is refused by name, never silently done
+    (isolation runs on the compose backend, tests/deploy)."""
+    assert Capability.ISOLATE not in backend.capabilities
+    with pytest.raises(UnsupportedFault):
+        backend.isolate("broker-0")
+
+
+def test_backend_states(backend: LocalBackend) -> None:
+    assert [n.name for n in backend.nodes()] == [
+        "controller-0", "controller-1", "controller-2", "broker-0", "broker-1", "broker-2",
+    ]  # fmt: skip
+    backend.pause("broker-2")
+    assert {n.name: n.state for n in backend.nodes()}["broker-2"] is NodeState.PAUSED
+    backend.resume("broker-2")
+    backend.kill("broker-2")
+    assert {n.name: n.state for n in backend.nodes()}["broker-2"] is NodeState.KILLED
+    backend.start_node("broker-2")
+    assert all(n.state is NodeState.RUNNING for n in backend.nodes())
+
+
+def test_attach_to_a_running_odradek_up(tmp_path: Path) -> None:
+    """``--cluster-json``: faults against the processes of a real ``odradek up``; restarted nodes are ours."""
+    data_dir = tmp_path / "up"
+    log = open(tmp_path / "up.out", "wb")  # noqa: SIM115 (closed in the finally below)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "odradek.cli", "up", "--controllers", "1", "--brokers", "2", "--data-dir",
+         str(data_dir), "--base-port", str(_free_base_port(tmp_path))],
+        stdout=log, stderr=subprocess.STDOUT, process_group=0,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: (data_dir / "cluster.json").exists() or up.poll() is not None, 120.0, "odradek up")
+        assert up.poll() is None, (tmp_path / "up.out").read_text()
+        with LocalBackend.attach(data_dir / "cluster.json") as attached:
+            assert [n.state for n in attached.nodes()] == [NodeState.RUNNING] * 3
+            attached.kill("broker-1")
+            assert {n.name: n.state for n in attached.nodes()}["broker-1"] is NodeState.KILLED
+            attached.start_node("broker-1")
+            assert {n.name: n.state for n in attached.nodes()}["broker-1"] is NodeState.RUNNING
+    finally:
+        os.killpg(up.pid, signal.SIGTERM)
+        up.wait(60)
+        log.close()
+
+
+def _free_base_port(tmp_path: Path) -> int:
+    plan = plan_on_free_ports(str(tmp_path / "plan"), 1, 2, None)
+    return min(int(b.listen.rpartition(":")[2]) for b in plan.brokers)
+
+
+def test_group_consumers_under_kill_leader(backend: LocalBackend, tmp_path: Path) -> None:
+    """Readers and a two-member group under kill-leader: the group checkers too (group-stall, group-unseen)."""
+    result = chaos_run(backend, tmp_path, "kill-leader", 8, group_members=2)
+    assert not any("group consumers off" in note for note in result.summary["notes"]), result.summary["notes"]
+    assert result.summary["meta"]["group"] == "chaos"

@@ -1,0 +1,202 @@
+"""The compose cluster for real: clients on the host and in the compose network, a partition leader killed
+with ``docker kill`` under acks=all load (no acknowledged record lost), and the compose chaos backend's
+faults (pause, network isolation), each checked by what the cluster then reports.
+
+One cluster (``compose_cluster``, module scope) serves every test, in file order; each test leaves every
+node running and connected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TypeVar
+
+import pytest
+
+from chaos.backends import Capability, NodeState
+from chaos.backends.compose import ComposeBackend
+from odradek import Admin, Consumer, NewTopic, Producer, RecordMetadata, TopicPartition
+from odradek.errors import OdradekError
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
+
+T = TypeVar("T")
+PARTITIONS = 3
+WAIT_S = 180.0
+INTERNAL_BOOTSTRAP = "broker-0:19092,broker-1:19092,broker-2:19092"
+
+
+def wait_for(predicate: Callable[[], T | None], timeout_s: float, what: str) -> T:
+    """Poll ``predicate`` (exceptions count as not yet) until it returns a truthy value, bounded."""
+    deadline = time.monotonic() + timeout_s
+    last: object = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+            last = value
+        except OdradekError as exc:
+            last = exc
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
+        time.sleep(0.5)
+
+
+def admin(cluster: ComposeBackend) -> Admin:
+    return Admin({"bootstrap.servers": cluster.bootstrap_servers, "request.timeout.ms": 10000})
+
+
+def create_topic(cluster: ComposeBackend, name: str) -> None:
+    """RF 3, min.insync.replicas 2; waits until every partition has a leader and its full ISR."""
+    a = admin(cluster)
+    try:
+        a.create_topics([NewTopic(name, PARTITIONS, 3, config={"min.insync.replicas": "2"})])
+        wait_for(lambda: full_isr(a, name), WAIT_S, f"{name} to have leaders and full ISRs")
+    finally:
+        a.close()
+
+
+def full_isr(a: Admin, topic: str) -> bool:
+    partitions = a.describe_topics([topic])[topic].partitions
+    return len(partitions) == PARTITIONS and all(p.leader >= 0 and len(p.isr) == 3 for p in partitions)
+
+
+def consume_all(cluster: ComposeBackend, topic: str, timeout_s: float = WAIT_S) -> dict[int, dict[int, bytes]]:
+    """Every record of ``topic`` up to its current end offsets, from the host: {partition: {offset: value}}."""
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})  # fmt: skip
+    try:
+        consumer.assign(tps)
+        consumer.seek_to_beginning(tps)
+        ends = wait_for(lambda: consumer.end_offsets(tps), WAIT_S, f"the end offsets of {topic}")
+        seen: dict[int, dict[int, bytes]] = {p: {} for p in range(PARTITIONS)}
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"could not read {topic} to {ends} within {timeout_s:.0f} s"
+            for record in consumer.poll(timeout_ms=1000):
+                seen[record.partition][record.offset] = record.value or b""
+        return seen
+    finally:
+        consumer.close()
+
+
+# --- listeners: clients inside the compose network and on the host --------------------------------------
+
+
+def test_clients_on_the_host_and_in_the_compose_network(compose_cluster: ComposeBackend) -> None:
+    cluster = compose_cluster
+    a = admin(cluster)
+    try:
+        description = wait_for(a.describe_cluster, WAIT_S, "DescribeCluster from the host")
+    finally:
+        a.close()
+    # the host was answered the EXTERNAL listener's addresses: its own published ports
+    assert sorted(b.address for b in description.brokers) == sorted(cluster.bootstrap_servers.split(","))
+    assert len(description.controllers) == 3
+    assert description.controller_id in (0, 1, 2)
+    create_topic(cluster, "listeners")
+
+    # a client inside the network (in broker-1's container) bootstraps from the PLAINTEXT listener
+    produce = ["odradek", "produce", "listeners", "--acks", "all", "--bootstrap-servers", INTERNAL_BOOTSTRAP]
+    cluster.exec("broker-1", produce, stdin="inside-1\ninside-2\n")
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}) as producer:
+        producer.send("listeners", value=b"outside-1").result(timeout=60)
+    inside = cluster.exec("broker-2", ["odradek", "consume", "listeners", "--from-beginning", "--max-messages", "3",
+                                       "--timeout-ms", "60000", "--bootstrap-servers", "broker-0:19092"])  # fmt: skip
+    assert sorted(inside.split()) == ["inside-1", "inside-2", "outside-1"]
+    outside = consume_all(cluster, "listeners")
+    assert sorted(v for records in outside.values() for v in records.values()) == [b"inside-1", b"inside-2",
+                                                                                   b"outside-1"]  # fmt: skip
+
+
+# --- docker kill of a partition leader -------------------------------------------------------------------
+
+
+def send_all(producer: Producer, topic: str, values: list[bytes]) -> tuple[dict[bytes, RecordMetadata], int]:
+    """Send every value (round robin over the partitions) and wait for each; (acknowledged, failed count)."""
+    futures: list[tuple[bytes, Future[RecordMetadata]]] = [
+        (value, producer.send(topic, value=value, partition=i % PARTITIONS)) for i, value in enumerate(values)
+    ]
+    acked: dict[bytes, RecordMetadata] = {}
+    failed = 0
+    for value, future in futures:
+        try:
+            acked[value] = future.result(timeout=300)
+        except OdradekError:
+            failed += 1
+    return acked, failed
+
+
+def test_killing_a_partition_leader_loses_no_acknowledged_record(compose_cluster: ComposeBackend) -> None:
+    cluster = compose_cluster
+    topic = "acked"
+    create_topic(cluster, topic)
+    a = admin(cluster)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 5,
+                         "enable.idempotence": True, "delivery.timeout.ms": 240000,
+                         "request.timeout.ms": 15000})  # fmt: skip
+    try:
+        before, failed_before = send_all(producer, topic, [b"before-%04d" % i for i in range(300)])
+        assert failed_before == 0, f"{failed_before} sends failed with every broker up"
+        leader = a.describe_topics([topic])[topic].partitions[0].leader
+        victim = f"broker-{leader}"
+        pending = [producer.send(topic, value=b"during-%04d" % i, partition=i % PARTITIONS) for i in range(300)]
+        cluster.kill(victim)
+        assert {n.name: n.state for n in cluster.nodes()}[victim] is NodeState.KILLED
+        after, failed_after = send_all(producer, topic, [b"after-%04d" % i for i in range(300)])
+        during: dict[bytes, RecordMetadata] = {}
+        for i, future in enumerate(pending):
+            with contextlib.suppress(OdradekError):
+                during[b"during-%04d" % i] = future.result(timeout=300)
+        # with the leader dead, the other two replicas still make min.insync.replicas: sends go on
+        moved = a.describe_topics([topic])[topic].partitions[0]
+        assert moved.leader not in (-1, leader), f"partition 0 still led by {moved.leader}"
+        assert len(after) > 0, f"no send acknowledged after {victim} died ({failed_after} failed)"
+        cluster.start_node(victim, timeout_s=WAIT_S)
+        wait_for(lambda: full_isr(a, topic), WAIT_S, f"{victim} to rejoin every ISR of {topic}")
+    finally:
+        producer.close()
+        a.close()
+    acked = {**before, **during, **after}
+    stored = consume_all(cluster, topic)
+    lost = [(v, md.partition, md.offset) for v, md in acked.items() if stored[md.partition].get(md.offset) != v]
+    assert not lost, f"{len(lost)} of {len(acked)} acknowledged records lost or changed, e.g. {lost[:5]}"
+    print(f"acks=all: {len(acked)} acknowledged ({len(during)} in flight when {victim} was killed), none lost")
+
+
+# --- the chaos backend's other faults ----------------------------------------------------------------------
+
+
+def broker_alive(cluster: ComposeBackend, broker_id: int) -> bool:
+    """Whether the cluster (asked through the brokers still reachable) lists ``broker_id`` as unfenced."""
+    a = admin(cluster)
+    try:
+        return any(b.node_id == broker_id and not b.fenced for b in a.describe_cluster().brokers)
+    finally:
+        a.close()
+
+
+def test_compose_backend_pause_and_isolate(compose_cluster: ComposeBackend) -> None:
+    cluster = compose_cluster
+    assert cluster.capabilities == frozenset(Capability)
+    names = [f"controller-{i}" for i in range(3)] + [f"broker-{i}" for i in range(3)]
+    assert [n.name for n in cluster.nodes()] == names
+    # pause: the frozen broker stops heartbeating and the controller fences it; resume brings it back
+    cluster.pause("broker-2")
+    assert {n.name: n.state for n in cluster.nodes()}["broker-2"] is NodeState.PAUSED
+    wait_for(lambda: not broker_alive(cluster, 2), WAIT_S, "broker 2 to be fenced while paused")
+    cluster.resume("broker-2")
+    wait_for(lambda: broker_alive(cluster, 2), WAIT_S, "broker 2 to be unfenced after resume")
+    # isolate: cut off from the controllers, it is fenced; healed (same address), it is back
+    cluster.isolate("broker-1")
+    assert {n.name: n.state for n in cluster.nodes()}["broker-1"] is NodeState.ISOLATED
+    wait_for(lambda: not broker_alive(cluster, 1), WAIT_S, "broker 1 to be fenced while isolated")
+    cluster.heal("broker-1")
+    wait_for(lambda: broker_alive(cluster, 1), WAIT_S, "broker 1 to be unfenced after heal")
+    cluster.wait_healthy(WAIT_S)
+    assert all(n.state is NodeState.RUNNING for n in cluster.nodes())

@@ -1,0 +1,152 @@
+"""The producer state inside a Partition (replication/partition.py over log/producer_state*.py): the leader's
+checks before the append, followers building the same state from replicated batches, snapshots when the log
+rolls and at close, recovery after a crash, truncation, expiration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from log.clock import ManualClock
+from log.config import LogConfig
+from log.log import Log
+from log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
+from log.producer_state_file import list_snapshots
+from log.record import build_batch
+from replication.partition import Partition
+
+START_MS = 1_700_000_000_000
+CONFIG = LogConfig(segment_bytes=1024)
+
+
+@dataclass(frozen=True)
+class Reg:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 1
+    partition_epoch: int = 1
+
+
+def batch(pid: int, epoch: int, seq: int, n: int = 1, *, ts: int = START_MS) -> bytes:
+    return build_batch([b"x" * 50] * n, timestamp_ms=ts, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+def open_partition(path: Path, broker: int, clock: ManualClock, **kwargs: int) -> Partition:
+    return Partition("id", "t", 0, Log.open(path, CONFIG, clock), broker, clock, **kwargs)
+
+
+def leader(path: Path, clock: ManualClock, **kwargs: int) -> Partition:
+    p = open_partition(path, 0, clock, **kwargs)
+    assert p.make_leader(Reg((0, 1), (0,), 0))
+    return p
+
+
+def follower(path: Path, clock: ManualClock) -> Partition:
+    p = open_partition(path, 1, clock)
+    assert p.make_follower(Reg((0, 1), (0,), 0))
+    return p
+
+
+def replicate(source: Partition, target: Partition) -> None:
+    while target.log_end_offset < source.log_end_offset:
+        records = source.read(target.log_end_offset, 1 << 20, replica_id=1).records
+        assert target.append_as_follower(records, 0, 1) is not None  # the leader's HW lags: all may be cut
+
+
+def test_a_duplicate_is_answered_with_its_original_offsets_and_not_appended(tmp_path: Path) -> None:
+    clock = ManualClock(START_MS)
+    p = leader(tmp_path / "l", clock)
+    p.append_as_leader(batch(9, 0, 0, 3), acks=1)  # another producer first
+    first = p.append_as_leader(batch(7, 0, 0, 2), acks=1)
+    p.append_as_leader(batch(7, 0, 2, 1), acks=1)
+    end = p.log_end_offset
+    again = p.append_as_leader(batch(7, 0, 0, 2), acks=1)
+    assert (again.first_offset, again.last_offset) == (first.first_offset, first.last_offset) == (3, 4)
+    assert p.log_end_offset == end
+    p.close()
+
+
+def test_sequence_errors_write_nothing(tmp_path: Path) -> None:
+    clock = ManualClock(START_MS)
+    p = leader(tmp_path / "l", clock)
+    p.append_as_leader(batch(7, 2, 0), acks=1)
+    for bad, error in (
+        (batch(7, 2, 5), OutOfOrderSequenceError),
+        (batch(7, 1, 1), InvalidProducerEpochError),
+        (batch(8, 0, 4), UnknownProducerIdError),
+        (batch(7, 2, 1) + batch(7, 2, 3), OutOfOrderSequenceError),  # the second batch of the append is a gap
+    ):
+        with pytest.raises(error):
+            p.append_as_leader(bad, acks=1)
+    assert p.log_end_offset == 1
+    assert p.append_as_leader(batch(7, 2, 1), acks=1).first_offset == 1  # the producer goes on
+    p.close()
+
+
+def test_followers_build_the_same_state_and_take_over_dedup(tmp_path: Path) -> None:
+    clock = ManualClock(START_MS)
+    lead, follow = leader(tmp_path / "l", clock), follower(tmp_path / "f", clock)
+    for seq in range(12):
+        lead.append_as_leader(batch(7, 0, seq) + batch(8, 1, 2 * seq, 2), acks=1)
+    replicate(lead, follow)
+    assert follow.producer_entries() == lead.producer_entries()
+    # Failover: the follower leads; a retry of a batch the old leader wrote is still a duplicate.
+    assert follow.make_leader(Reg((0, 1), (1,), 1, leader_epoch=2, partition_epoch=2))
+    dup = follow.append_as_leader(batch(7, 0, 11), acks=1)
+    assert dup.first_offset == 11 * 3
+    assert follow.log_end_offset == lead.log_end_offset
+    lead.close()
+    follow.close()
+
+
+def test_state_survives_a_clean_restart_and_a_crash(tmp_path: Path) -> None:
+    clock = ManualClock(START_MS)
+    p = leader(tmp_path / "l", clock)
+    for seq in range(30):  # ~110-byte batches into 1 KiB segments: several rolls
+        p.append_as_leader(batch(7, 0, seq), acks=1)
+    assert list_snapshots(tmp_path / "l")  # written when the log rolled
+    expected = p.producer_entries()
+    p.close()
+    reopened = leader(tmp_path / "l", clock)
+    assert reopened.producer_entries() == expected
+    assert list_snapshots(tmp_path / "l")[-1] == reopened.log_end_offset  # the one written at close
+    for seq in range(30, 35):
+        reopened.append_as_leader(batch(7, 0, seq), acks=1)
+    expected = reopened.producer_entries()
+    reopened.log.close_handlers()  # a crash: no snapshot at close; recovery replays the tail
+    crashed = leader(tmp_path / "l", clock)
+    assert crashed.producer_entries() == expected
+    assert crashed.append_as_leader(batch(7, 0, 34), acks=1).first_offset == 34  # still a duplicate
+    crashed.close()
+
+
+def test_truncation_rebuilds_the_state(tmp_path: Path) -> None:
+    clock = ManualClock(START_MS)
+    lead, follow = leader(tmp_path / "l", clock), follower(tmp_path / "f", clock)
+    for seq in range(20):
+        lead.append_as_leader(batch(7, 0, seq), acks=1)
+    replicate(lead, follow)
+    assert follow.truncate_as_follower(12, 1)
+    entry = follow.producer_entries()[7]
+    assert entry.last_seq == 11
+    assert [(b.first_seq, b.last_seq, b.first_offset, b.last_offset) for b in entry.batches] == [(0, 11, 0, 11)]
+    assert all(offset <= 12 for offset in list_snapshots(tmp_path / "f"))
+    lead.close()
+    follow.close()
+
+
+def test_producers_expire_after_producer_id_expiration_ms(tmp_path: Path) -> None:
+    clock = ManualClock(START_MS)
+    p = leader(tmp_path / "l", clock, producer_id_expiration_ms=60_000, producer_id_expiration_check_interval_ms=1000)
+    p.append_as_leader(batch(7, 0, 0, ts=START_MS), acks=1)
+    clock.advance(30_000)
+    p.append_as_leader(batch(8, 0, 0, ts=START_MS + 30_000), acks=1)
+    clock.advance(31_000)
+    p.append_as_leader(batch(8, 0, 1, ts=START_MS + 61_000), acks=1)  # the check runs with appends
+    assert set(p.producer_entries()) == {8}
+    with pytest.raises(UnknownProducerIdError):  # 7 expired: its next batch is not recognized
+        p.append_as_leader(batch(7, 0, 1), acks=1)
+    p.close()

@@ -1,0 +1,96 @@
+"""The pure planning rules of the source: rate limits, trigger pacing, data loss, task splitting."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from odradek.clock import ManualClock
+from odradek.types import TopicPartition
+from spark.planning import DataLoss, OffsetRange, TriggerPacer, find_data_loss, plan_ranges, rate_limit, repair
+from spark.reading import DataLossError, report_data_loss
+
+A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
+
+backlogs = st.dictionaries(
+    st.builds(TopicPartition, st.sampled_from(["a", "b", "c"]), st.integers(0, 5)),
+    st.tuples(st.integers(0, 1000), st.integers(0, 5000)),
+    max_size=10,
+)
+
+
+@given(backlogs, st.integers(0, 6000))
+def test_rate_limit_never_exceeds_the_limit_nor_the_latest_offsets(spans: dict, limit: int) -> None:
+    start = {tp: s for tp, (s, _) in spans.items()}
+    latest = {tp: s + n for tp, (s, n) in spans.items()}
+    ends = rate_limit(start, latest, limit)
+    assert set(ends) == set(latest)
+    assert all(start[tp] <= ends[tp] <= latest[tp] for tp in latest)
+    total = sum(latest[tp] - start[tp] for tp in latest)
+    assert sum(ends[tp] - start[tp] for tp in latest) == min(limit, total)  # the whole limit is used
+
+
+@given(backlogs, st.integers(0, 100))
+def test_rate_limit_starves_no_partition_when_the_limit_allows(spans: dict, limit: int) -> None:
+    start = {tp: s for tp, (s, _) in spans.items()}
+    latest = {tp: s + n for tp, (s, n) in spans.items()}
+    with_data = [tp for tp in latest if latest[tp] > start[tp]]
+    ends = rate_limit(start, latest, limit)
+    if limit >= len(with_data):
+        assert all(ends[tp] > start[tp] for tp in with_data)
+
+
+def test_rate_limit_shares_in_proportion_to_the_backlog() -> None:
+    ends = rate_limit({A0: 0, A1: 100}, {A0: 900, A1: 200}, 100)
+    assert ends == {A0: 90, A1: 110}
+
+
+def test_pacer_waits_for_min_offsets_until_the_max_delay() -> None:
+    clock = ManualClock()
+    pacer = TriggerPacer(min_offsets=100, max_delay_ms=60_000, clock=clock)
+    assert pacer.should_run(1)  # the first trigger of a query is never delayed
+    clock.advance(1_000)
+    assert not pacer.should_run(99)
+    assert pacer.should_run(100)
+    clock.advance(59_999)
+    assert not pacer.should_run(5)
+    clock.advance(1)
+    assert pacer.should_run(5)  # maxTriggerDelay passed since the last batch
+
+
+def test_data_loss_is_found_and_named() -> None:
+    losses = find_data_loss({A0: 5, A1: 50, B0: 3}, {A0: 10, A1: 0}, {A0: 20, A1: 40})
+    assert losses == [
+        DataLoss(A0, 5, 10, "deleted by retention before they were read"),
+        DataLoss(A1, 40, 50, losses[1].reason),
+        DataLoss(B0, 3, -1, losses[2].reason),
+    ]
+    assert losses[0].message() == "a-0: offsets 5 to 9 were lost (deleted by retention before they were read)"
+    assert repair({A0: 5, A1: 50, B0: 3}, {A0: 10, A1: 0}, {A0: 20, A1: 40}) == {A0: 10, A1: 40}
+    with pytest.raises(DataLossError, match=r"a-0: offsets 5 to 9 were lost .* set the source option failOnDataLoss"):
+        report_data_loss(losses, fail=True)
+
+
+def test_data_loss_is_a_warning_when_not_failing(caplog: pytest.LogCaptureFixture) -> None:
+    report_data_loss([DataLoss(A0, 5, 10, "deleted by retention")], fail=False)
+    assert "a-0: offsets 5 to 9 were lost" in caplog.text
+
+
+def test_plan_ranges_one_task_per_partition_with_data() -> None:
+    ranges = plan_ranges({A0: 0, A1: 5, B0: 7}, {A0: 10, A1: 5, B0: 9})
+    assert ranges == [OffsetRange("a", 0, 0, 10), OffsetRange("b", 0, 7, 9)]
+
+
+def test_plan_ranges_splits_for_min_partitions_and_max_records() -> None:
+    ranges = plan_ranges({A0: 0, B0: 0}, {A0: 90, B0: 10}, min_partitions=5)
+    assert len(ranges) >= 5
+    assert [r for r in ranges if r.topic == "b"] == [OffsetRange("b", 0, 0, 10)]
+    pieces = [r for r in ranges if r.topic == "a"]
+    assert pieces[0].start == 0
+    assert pieces[-1].end == 90
+    assert all(x.end == y.start for x, y in zip(pieces, pieces[1:], strict=False))
+    capped = plan_ranges({A0: 0}, {A0: 95}, max_records_per_partition=10)
+    assert len(capped) == 10
+    assert max(r.size for r in capped) <= 10
+    assert sum(r.size for r in capped) == 95
