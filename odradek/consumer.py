@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from types import TracebackType
+from typing import TypeVar
 
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.config import ConsumerConfig
@@ -37,13 +38,15 @@ from odradek.errors import (
     NoOffsetForPartitionError,
     OdradekError,
 )
-from odradek.fetcher import Fetcher, PartitionState
+from odradek.fetcher import Fetcher, PartitionState, RecordColumns
 from odradek.group.listener import ConsumerRebalanceListener, RebalanceListener
 from odradek.group.manager import CommitCallback, GroupManager
 from odradek.group.membership import MembershipSettings, Reconciliation, Subscription
 from odradek.net import ClusterClient, ListedOffset
 from odradek.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from proto import broker_pb2
+
+_Polled = TypeVar("_Polled", ConsumerRecord, RecordColumns)
 
 EARLIEST = -2
 LATEST = -1
@@ -226,6 +229,18 @@ class Consumer:
 
     def poll(self, timeout_ms: float = 0) -> list[ConsumerRecord]:
         """Records from the assigned partitions: at most ``max.poll.records``, waiting up to ``timeout_ms``."""
+        return self._poll(timeout_ms, self._fetcher.collect)
+
+    def poll_columns(self, timeout_ms: float = 0) -> list[RecordColumns]:
+        """:meth:`poll`, with the records as columns: one :class:`odradek.fetcher.RecordColumns` (topic,
+        partition, timestamp type, and lists of offsets, timestamps, keys, values, headers) per batch or part
+        of one, at most ``max.poll.records`` records in all. Positions, commits and errors are as for
+        :meth:`poll`; no record object is made, which is what columnar readers (the Spark source) want."""
+        return self._poll(timeout_ms, self._fetcher.collect_columns)
+
+    def _poll(
+        self, timeout_ms: float, collect: Callable[[Mapping[TopicPartition, PartitionState], int], list[_Polled]]
+    ) -> list[_Polled]:
         self._ensure_open()
         if not self._states and self._subscription is None:
             raise IllegalStateError("the consumer is not assigned any partitions and not subscribed to any topic")
@@ -242,7 +257,7 @@ class Consumer:
             self._client.maybe_refresh()
             self._fetcher.handle_answers(self._states, now)
             self._reset_positions([s for s in self._states.values() if s.position is None])
-            records = self._fetcher.collect(self._states, max_records)
+            records = collect(self._states, max_records)
             self._fetcher.send_fetches(self._states, now)
             if records:
                 return records

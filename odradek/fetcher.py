@@ -19,12 +19,15 @@ import bisect
 import itertools
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import grpc
 
-from log.record import HEADER_SIZE, BatchHeader, Record, iter_batches, iter_batches_with_records
+from log.record import HEADER_SIZE, BatchHeader, iter_batches
+from log.record.columns import Columns, iter_batch_columns
 from odradek.config import ConsumerConfig
 from odradek.errors import (
     KafkaError,
@@ -35,15 +38,17 @@ from odradek.errors import (
     error_from_code,
 )
 from odradek.net import ClusterClient, rpc_error
-from odradek.types import TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, ConsumerRecord, TopicPartition
+from odradek.types import (
+    TIMESTAMP_TYPE_CREATE_TIME,
+    TIMESTAMP_TYPE_LOG_APPEND_TIME,
+    ConsumerRecord,
+    Header,
+    TopicPartition,
+)
 from proto import broker_pb2
 
 MAX_BUFFERED_ANSWERS = 2
 _GENERATIONS = itertools.count()  # unique across states, so a re-assigned partition never takes an old answer
-
-
-def _offset_of(record: Record) -> int:
-    return record[0]
 
 
 def decode_error(exc: Exception, where: str) -> KafkaError:
@@ -54,23 +59,53 @@ def decode_error(exc: Exception, where: str) -> KafkaError:
     return UnknownKafkaError(f"{where}: {exc!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class RecordColumns:
+    """Consecutive records of one partition (all from one batch), one list per field: what
+    :meth:`odradek.Consumer.poll_columns` returns for callers that build columnar data.
+
+    ``offsets`` grow; ``headers`` holds ``()`` for a record without headers; ``timestamp_type`` is that
+    of every record here (0 CreateTime, 1 LogAppendTime). The lists belong to the caller.
+    """
+
+    topic: str
+    partition: int
+    timestamp_type: int
+    offsets: list[int]
+    timestamps: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[tuple[Header, ...]]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def head(self, n: int) -> RecordColumns:
+        """The first ``n`` records."""
+        return RecordColumns(self.topic, self.partition, self.timestamp_type, self.offsets[:n], self.timestamps[:n],
+                             self.keys[:n], self.values[:n], self.headers[:n])  # fmt: skip
+
+
+_NO_COLUMNS = Columns(0)  # never filled: stands for "no batch taken yet"
+_Emit = Callable[[Columns, int, int], None]
+
+
 class CompletedFetch:
-    """The records of one partition from one fetch answer, decoded batch by batch as they are taken.
+    """The records of one partition from one fetch answer, decoded batch by batch (as columns) as they are taken.
 
     Not thread-safe (the consumer's thread).
     """
 
-    __slots__ = ("tp", "_batches", "_records", "_index", "_batch_next", "_ts_type", "exhausted", "error")
+    __slots__ = ("tp", "_batches", "_columns", "_index", "_batch_next", "exhausted", "error")
 
     def __init__(self, tp: TopicPartition, data: bytes, max_decompressed_bytes: int) -> None:
         self.tp = tp
-        self._batches: Iterator[tuple[BatchHeader, list[Record]]] = iter_batches_with_records(
+        self._batches: Iterator[tuple[BatchHeader, Columns]] = iter_batch_columns(
             data, max_decompressed_bytes=max_decompressed_bytes
         )
-        self._records: list[Record] = []
+        self._columns = _NO_COLUMNS
         self._index = 0
         self._batch_next = -1
-        self._ts_type = TIMESTAMP_TYPE_CREATE_TIME
         self.exhausted = False
         self.error: Exception | None = None  # a batch failed to decode: nothing after it is returned
 
@@ -82,11 +117,44 @@ class CompletedFetch:
         holds why, and the returned position is that batch's first offset.
         """
         topic, partition = self.tp
-        records, index = self._records, self._index
         new = tuple.__new__
         record_type = ConsumerRecord
-        while max_records > 0:
-            if index >= len(records):
+
+        def emit(c: Columns, start: int, end: int) -> None:
+            # Rows zipped and records made in C (zip, repeat, map): no Python bytecode per record.
+            ts_type = TIMESTAMP_TYPE_LOG_APPEND_TIME if c.is_log_append_time else TIMESTAMP_TYPE_CREATE_TIME
+            if start == 0 and end == len(c.offsets):
+                fields = (c.offsets, c.timestamps, c.keys, c.values, c.headers)
+            else:
+                fields = (c.offsets[start:end], c.timestamps[start:end], c.keys[start:end], c.values[start:end],
+                          c.headers[start:end])  # fmt: skip
+            rows = zip(repeat(topic), repeat(partition), *fields, repeat(ts_type))  # noqa: B905 (repeat is endless)
+            out.extend(map(new, repeat(record_type), rows))
+
+        return self._take(position, max_records, emit)[0]
+
+    def take_columns(self, position: int, max_records: int, out: list[RecordColumns]) -> tuple[int, int]:
+        """Like :meth:`take`, as one :class:`RecordColumns` per batch; returns ``(position, records taken)``."""
+        topic, partition = self.tp
+
+        def emit(c: Columns, start: int, end: int) -> None:
+            ts_type = TIMESTAMP_TYPE_LOG_APPEND_TIME if c.is_log_append_time else TIMESTAMP_TYPE_CREATE_TIME
+            if start == 0 and end == len(c.offsets):  # the whole batch: hand its lists over
+                out.append(RecordColumns(topic, partition, ts_type, c.offsets, c.timestamps, c.keys, c.values,
+                                         c.headers))  # fmt: skip
+                return
+            out.append(RecordColumns(topic, partition, ts_type, c.offsets[start:end], c.timestamps[start:end],
+                                     c.keys[start:end], c.values[start:end], c.headers[start:end]))  # fmt: skip
+
+        return self._take(position, max_records, emit)
+
+    def _take(self, position: int, max_records: int, emit: _Emit) -> tuple[int, int]:
+        """Hand up to ``max_records`` records at or after ``position`` to ``emit`` as ``(columns, start, end)``
+        slices; returns the new position and how many records were handed."""
+        columns, index = self._columns, self._index
+        taken = 0
+        while taken < max_records:
+            if index >= len(columns.offsets):
                 if self._batch_next > position:
                     position = self._batch_next
                 try:
@@ -96,29 +164,26 @@ class CompletedFetch:
                 if batch is None:
                     self.exhausted = True
                     break
-                header, records = batch
+                header, columns = batch
                 index = 0
                 self._batch_next = header.next_offset
                 if header.is_control or header.next_offset <= position:
-                    records = []
+                    columns = _NO_COLUMNS
                     continue
-                self._ts_type = (
-                    TIMESTAMP_TYPE_LOG_APPEND_TIME if header.is_log_append_time else TIMESTAMP_TYPE_CREATE_TIME
-                )
-                if records and records[0][0] < position:
-                    index = bisect.bisect_left(records, position, key=_offset_of)
+                if columns.offsets and columns.offsets[0] < position:
+                    index = bisect.bisect_left(columns.offsets, position)
                 continue
-            end = min(len(records), index + max_records)
-            ts_type = self._ts_type
-            chunk = records[index:end]
-            out.extend([new(record_type, (topic, partition, o, t, k, v, h, ts_type)) for o, t, k, v, h, _ in chunk])
-            max_records -= end - index
+            end = min(len(columns.offsets), index + max_records - taken)
+            emit(columns, index, end)
+            taken += end - index
             index = end
-            position = chunk[-1][0] + 1
-        if index >= len(records) and self._batch_next > position:
+            position = columns.offsets[end - 1] + 1
+        if index >= len(columns.offsets) and self._batch_next > position:
             position = self._batch_next
-        self._records, self._index = records, index
-        return position
+        if index >= len(columns.offsets):
+            columns, index = _NO_COLUMNS, 0  # let the batch's lists go
+        self._columns, self._index = columns, index
+        return position, taken
 
 
 class PartitionState:
@@ -381,19 +446,46 @@ class Fetcher:
         """Up to ``max_records`` buffered records, moving positions; raises a partition's error when
         there are no records to return first (then it is raised by the next call)."""
         out: list[ConsumerRecord] = []
+
+        def take(answer: CompletedFetch, position: int, n: int) -> tuple[int, int]:
+            before = len(out)
+            position = answer.take(position, n, out)
+            return position, len(out) - before
+
+        self._collect(states, max_records, take)
+        return out
+
+    def collect_columns(
+        self, states: Mapping[TopicPartition, PartitionState], max_records: int
+    ) -> list[RecordColumns]:
+        """:meth:`collect`, as one :class:`RecordColumns` per batch (or part of one) taken."""
+        out: list[RecordColumns] = []
+        self._collect(states, max_records, lambda answer, position, n: answer.take_columns(position, n, out))
+        return out
+
+    def _collect(
+        self,
+        states: Mapping[TopicPartition, PartitionState],
+        max_records: int,
+        take: Callable[[CompletedFetch, int, int], tuple[int, int]],
+    ) -> None:
+        """Take up to ``max_records`` buffered records through ``take(answer, position, n) -> (position, taken)``,
+        partitions in turn (a different first one each call); raise a partition's error when nothing was taken."""
         ordered = list(states.values())
         if not ordered:
-            return out
+            return
+        taken = 0
         self._start = (self._start + 1) % len(ordered)
         for state in ordered[self._start :] + ordered[: self._start]:
             if state.error is not None:
-                if out:
+                if taken:
                     break
                 error, state.error = state.error, None
                 raise error
-            while state.buffered and len(out) < max_records and state.position is not None:
+            while state.buffered and taken < max_records and state.position is not None:
                 answer = state.buffered[0]
-                state.position = answer.take(state.position, max_records - len(out), out)
+                state.position, n = take(answer, state.position, max_records - taken)
+                taken += n
                 if answer.error is not None:  # a corrupt batch: raised now or by the next poll
                     state.buffered.clear()
                     state.fetch_offset = state.position
@@ -401,9 +493,8 @@ class Fetcher:
                     break
                 if answer.exhausted:
                     state.buffered.popleft()
-            if len(out) >= max_records:
+            if taken >= max_records:
                 break
-        return out
 
     def close(self) -> None:
         self._in_flight.clear()  # their calls end when the client closes its channels

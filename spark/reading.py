@@ -2,9 +2,9 @@
 
 :class:`OffsetReader` answers the planning questions (which partitions match the subscription, their
 earliest and latest offsets, offsets by timestamp) with the Admin client. :func:`read_range` runs in a
-Spark task: it reads ``[start, end)`` of one partition with the Consumer (assign, seek, poll) and yields
-Arrow record batches. Both get their clients from :mod:`spark.clients`, so nothing here is pickled
-with a gRPC channel in it.
+Spark task: it reads ``[start, end)`` of one partition with the Consumer (assign, seek, poll_columns) and
+yields Arrow record batches built from the decoded columns (no object per record). Both get their
+clients from :mod:`spark.clients`, so nothing here is pickled with a gRPC channel in it.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import pyarrow as pa
 
 from odradek import Consumer
 from odradek.errors import OffsetOutOfRangeError
-from odradek.types import ConsumerRecord, TopicPartition
+from odradek.fetcher import RecordColumns
+from odradek.types import TopicPartition
 from spark import clients
 from spark.options import EARLIEST, OffsetSpec, OptionError, SourceOptions, Subscription
 from spark.planning import DataLoss, OffsetRange, Offsets, find_data_loss
-from spark.schema import to_record_batch
+from spark.schema import columns_to_record_batch
 
 log = logging.getLogger(__name__)
 
@@ -146,9 +147,9 @@ def read_range(
         deadline = monotonic() + options.poll_timeout_ms / 1000
         while position < r.end:
             try:
-                records = consumer.poll(timeout_ms=POLL_SLICE_MS)
+                chunks = consumer.poll_columns(timeout_ms=POLL_SLICE_MS)
             except OffsetOutOfRangeError:
-                records = []
+                chunks = []
                 resumed = _after_loss(consumer, tp, position, r.end, options.fail_on_data_loss)
                 if resumed >= r.end:
                     break
@@ -156,12 +157,11 @@ def read_range(
                     sleep(POLL_SLICE_MS / 1000)  # a transient answer: give the new leader time
                 position = resumed
                 consumer.seek(tp, position)
-            if records:
+            if chunks:
                 deadline = monotonic() + options.poll_timeout_ms / 1000
-                if records[-1].offset >= r.end:
-                    records = records[: bisect.bisect_left(records, r.end, key=_offset)]
-                if records:
-                    yield to_record_batch(records, options.include_headers)
+                chunks = _below(chunks, r.end)
+                if chunks:
+                    yield columns_to_record_batch(chunks, options.include_headers)
             position = consumer.position(tp)
             if position < r.end and monotonic() > deadline:
                 raise TimeoutError(
@@ -174,8 +174,17 @@ def read_range(
     consumer.assign([])  # no fetches until the next task
 
 
-def _offset(record: ConsumerRecord) -> int:
-    return record.offset
+def _below(chunks: list[RecordColumns], end: int) -> list[RecordColumns]:
+    """The chunks' records with offsets below ``end`` (chunks of one partition, in offset order)."""
+    kept: list[RecordColumns] = []
+    for chunk in chunks:
+        if not chunk.offsets or chunk.offsets[0] >= end:
+            break
+        if chunk.offsets[-1] >= end:
+            kept.append(chunk.head(bisect.bisect_left(chunk.offsets, end)))
+            break
+        kept.append(chunk)
+    return kept
 
 
 def _after_loss(consumer: Consumer, tp: TopicPartition, position: int, end: int, fail: bool) -> int:

@@ -26,6 +26,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from odradek.fetcher import RecordColumns
 from odradek.types import ConsumerRecord
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
@@ -73,6 +74,40 @@ def to_record_batch(records: Sequence[ConsumerRecord], include_headers: bool) ->
         pa.array(offsets, pa.int64()),
         pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
         pa.array(ts_types, pa.int32()),
+    ]
+    if include_headers:
+        columns.append(pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], pa.list_(_ARROW_HEADER)))
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA_WITH_HEADERS)
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def columns_to_record_batch(chunks: Sequence[RecordColumns], include_headers: bool) -> pa.RecordBatch:
+    """Column chunks of one partition (from ``Consumer.poll_columns``) as one Arrow batch of
+    :func:`source_schema`, without a Python object per record."""
+    if len(chunks) == 1:
+        first = chunks[0]
+        offsets, timestamps, keys, values = first.offsets, first.timestamps, first.keys, first.values
+        headers = first.headers
+        ts_types: pa.Array = pa.repeat(pa.scalar(first.timestamp_type, pa.int32()), len(offsets))
+    else:
+        first = chunks[0]
+        offsets, timestamps, keys, values, headers = [], [], [], [], []
+        for chunk in chunks:
+            offsets += chunk.offsets
+            timestamps += chunk.timestamps
+            keys += chunk.keys
+            values += chunk.values
+            headers += chunk.headers
+        ts_types = pa.array([c.timestamp_type for c in chunks for _ in c.offsets], pa.int32())
+    n = len(offsets)
+    columns = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.repeat(pa.scalar(first.topic, pa.string()), n),
+        pa.repeat(pa.scalar(first.partition, pa.int32()), n),
+        pa.array(offsets, pa.int64()),
+        pc.multiply(pa.array(timestamps, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC")),
+        ts_types,
     ]
     if include_headers:
         columns.append(pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], pa.list_(_ARROW_HEADER)))

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from log.errors import CorruptRecordError
 from log.record import compression as codecs
+from log.record.columns import MIN_RECORD_BODY_BYTES
 from log.record.header import HEADER_SIZE, BatchHeader, validate_batch
-from log.record.reader import MIN_RECORD_BODY_BYTES
 from log.record.varint import ZIGZAG_DECODE, decode_varint
 
 _VARLONG_MAX_BYTES = 10
