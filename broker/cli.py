@@ -32,6 +32,7 @@ This module imports nothing heavy: the server (grpc, the storage engine) is impo
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import re
@@ -167,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     server = BrokerServer(options)
+    # a request thread woken by an append waits for the GIL up to this long while another thread computes
+    sys.setswitchinterval(float(options.config.get("python.switch.interval.ms")) / 1000.0)
     try:
         server.start()
     except (LogError, RuntimeError, OSError) as exc:
@@ -178,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
                 break
             if not announced and server.lifecycle.unfenced.is_set():
                 announced = True
+                gc.freeze()  # what startup built stays out of the collector's scans (shorter GC pauses)
                 refresh_quorum(server.ctx, 1.0)  # the cluster id, for Metadata and DescribeCluster answers
                 listen, advertised = describe_listeners(options)
                 print(

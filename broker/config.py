@@ -32,6 +32,9 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
     controlled.shutdown.timeout.ms                 30000        not Kafka's: bound on the controlled shutdown
     purgatory.max.operations                       10000        not Kafka's: bound on waiting fetches and
                                                                 produces per purgatory; over it, answer at once
+    python.switch.interval.ms                      0.5          not Kafka's: the interpreter's thread switch
+                                                                interval (sys.setswitchinterval; Python's 5 ms
+                                                                lets a busy thread delay a woken request that long)
     offsets.topic.num.partitions                   50           __consumer_offsets partitions (at creation)
     offsets.topic.replication.factor               3            capped at the live brokers at creation
     offsets.retention.ms                           604800000    committed offsets of an empty group expire
@@ -114,6 +117,7 @@ _BROKER_ONLY = [
     _key("controlled.shutdown.enable", _BOOL, "true"),
     _key("controlled.shutdown.timeout.ms", _INT, "30000", 0),
     _key("purgatory.max.operations", _INT, "10000", 0),
+    _key("python.switch.interval.ms", ConfigType.DOUBLE, "0.5", 0.05, 100.0),
     # the group coordinator (broker/group/)
     _key("offsets.topic.num.partitions", _INT, "50", 1),
     _key("offsets.topic.replication.factor", _INT, "3", 1, 32767),

@@ -17,7 +17,9 @@ an epoch bump was asked for and every batch with a sequence got its final answer
 for a producer id and epoch (InitProducerId, retried with backoff); each answer about a batch goes through
 :meth:`IdempotenceState.on_error`, which says retry with the same sequence, resend under the next epoch,
 or fail (rules P1-P7 there). A DUPLICATE_SEQUENCE_NUMBER answer means the batch was written before: its
-records complete with offset -1, as in Kafka.
+records complete with offset -1, as in Kafka. A P5 refusal (the broker handled two in-flight requests of a
+partition in the other order) is no broker trouble: the batch is resent without ``retry.backoff.ms``, as
+soon as the earlier batches are answered (P3 holds it until then).
 """
 
 from __future__ import annotations
@@ -35,12 +37,13 @@ from odradek.backoff import ExponentialBackoff
 from odradek.clock import Clock
 from odradek.config import ProducerConfig
 from odradek.errors import IllegalStateError, KafkaError, KafkaTimeoutError, NetworkError, error_from_code
-from odradek.idempotence import DUPLICATE_SEQUENCE, IdempotenceState, Verdict
+from odradek.idempotence import DUPLICATE_SEQUENCE, OUT_OF_ORDER, UNKNOWN_PRODUCER_ID, IdempotenceState, Verdict
 from odradek.net import ClusterClient, rpc_error
 from odradek.types import TopicPartition
 from proto import broker_pb2
 
 MAX_IDLE_MS = 1000.0
+_REFUSED = frozenset({OUT_OF_ORDER, UNKNOWN_PRODUCER_ID})  # with an earlier batch unanswered: rule P5
 _log = logging.getLogger("odradek.producer")
 
 
@@ -307,20 +310,26 @@ class Sender:
 
     def _retry_or_fail(self, batches: Sequence[ProducerBatch], error: KafkaError, now: float) -> None:
         retry: list[ProducerBatch] = []
+        reordered: list[ProducerBatch] = []  # P5: resent once the earlier batches are answered, no backoff
         for batch in batches:
             if self._acks == 0 or batch.done:
                 self._accumulator.deallocate(batch)
                 continue
             expired = now - batch.created_ms >= self._delivery_timeout_ms
             retriable = error.retriable
+            verdict = None
             if self._idempotence is not None:
-                retriable = self._idempotence.on_error(batch, error.code, error.retriable) is not Verdict.FAIL
+                verdict = self._idempotence.on_error(batch, error.code, error.retriable)
+                retriable = verdict is not Verdict.FAIL
             if retriable and not expired and batch.attempts < self._retries and not self._forced:
                 batch.attempts += 1
                 batch.last_error = error
-                retry.append(batch)
+                p5 = verdict is Verdict.RETRY and error.code in _REFUSED and not batch.head_when_sent
+                (reordered if p5 else retry).append(batch)
             else:
                 self._fail(batch, self._expired_error([batch], now, error) if expired else error)
+        if reordered:
+            self._accumulator.reenqueue(reordered, now)
         if retry:
             attempts = max(b.attempts for b in retry)
             self._accumulator.reenqueue(retry, now + self._backoff.backoff_ms(attempts - 1))
