@@ -38,7 +38,13 @@ from log.clock import Clock
 from log.config import LogConfig
 from log.errors import StorageError
 from log.log import Log
-from log.producer_state import BatchMetadata, ExpirySchedule, ProducerEntry, ProducerStateManager
+from log.producer_state import (
+    BatchMetadata,
+    ExpirySchedule,
+    OutOfOrderSequenceError,
+    ProducerEntry,
+    ProducerStateManager,
+)
 from log.record.header import BatchHeader, iter_batches
 from replication import epoch_store
 from replication.epoch_cache import EpochEndOffset
@@ -66,6 +72,12 @@ ISR_RESEND_MS = 1_000.0  # an unsettled AlterPartition is sent again after this 
 MAX_PENDING_POSITIONS = 100_000  # appends above the high watermark whose byte positions are remembered
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (Kafka's default, KIP-854)
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000  # producer.id.expiration.check.interval.ms
+# A batch whose sequence is ahead of its producer's waits this many times (each up to GAP_WAIT_S) for the
+# batches before it: gRPC keeps no request order per connection, unlike Kafka's broker, so the request that
+# carries the earlier sequences is often being handled on another thread right now. Bounded: then
+# OUT_OF_ORDER_SEQUENCE_NUMBER as before (the producer sends it again once the earlier batches are answered).
+GAP_WAITS = 5
+GAP_WAIT_S = 0.02
 
 
 __all__ = [
@@ -117,7 +129,7 @@ class Partition:
         self.partition = partition
         self.local_broker_id = local_broker_id
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Condition(threading.Lock())  # notified after every leader append (GAP_WAITS)
         self._log = log
         self._role = Role.NONE
         self._leader_id = NO_LEADER
@@ -442,26 +454,38 @@ class Partition:
         the idempotent producers' sequence errors (``log.producer_state`` S1-S7: OUT_OF_ORDER_SEQUENCE_NUMBER,
         INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID), checked on the batch headers before the append. A
         retried batch already written is answered with its original offsets and not appended again (S5).
+        A batch ahead of its producer's sequence first waits (bounded, GAP_WAITS) for the batches before it.
         """
         with self._lock:
-            if self._role is not Role.LEADER or self._leader_state is None:
-                raise NotLeaderOrFollowerError(f"broker {self.local_broker_id} is not the leader of {self.key_str}")
-            min_isr = self._log.config.min_insync_replicas
-            if acks == -1 and len(self._isr) < min_isr:
-                raise NotEnoughReplicasError(
-                    f"{self.key_str}: the ISR {list(self._isr)} is smaller than min.insync.replicas={min_isr}"
-                )
-            headers = [header for _, header in iter_batches(records, validate=False)]
-            verdict = self._producers.check_append(headers)  # S1-S7: a refusal writes nothing
-            if verdict.duplicate is not None:
-                return self._duplicate_info(verdict.duplicate)
-            info = self._log.append(records, leader_epoch=self._leader_epoch)
-            self._track_producers(headers, info)
-            self._appended_bytes += info.size_bytes
-            self._pending.append((info.last_offset + 1, self._appended_bytes))
-            self._leader_state.on_leader_append(self._log.log_end_offset)
-            self._sync_high_watermark()
-            return info
+            for waits_left in range(GAP_WAITS, -1, -1):
+                try:
+                    return self._append_as_leader_locked(records, acks)
+                except OutOfOrderSequenceError:
+                    if waits_left == 0 or not self._lock.wait(GAP_WAIT_S):
+                        raise
+            raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _append_as_leader_locked(self, records: bytes | memoryview, acks: int) -> AppendInfo:
+        """``append_as_leader`` under the lock, once; wakes the batches waiting for their turn (GAP_WAITS)."""
+        if self._role is not Role.LEADER or self._leader_state is None:
+            raise NotLeaderOrFollowerError(f"broker {self.local_broker_id} is not the leader of {self.key_str}")
+        min_isr = self._log.config.min_insync_replicas
+        if acks == -1 and len(self._isr) < min_isr:
+            raise NotEnoughReplicasError(
+                f"{self.key_str}: the ISR {list(self._isr)} is smaller than min.insync.replicas={min_isr}"
+            )
+        headers = [header for _, header in iter_batches(records, validate=False)]
+        verdict = self._producers.check_append(headers)  # S1-S7: a refusal writes nothing
+        if verdict.duplicate is not None:
+            return self._duplicate_info(verdict.duplicate)
+        info = self._log.append(records, leader_epoch=self._leader_epoch)
+        self._track_producers(headers, info)
+        self._appended_bytes += info.size_bytes
+        self._pending.append((info.last_offset + 1, self._appended_bytes))
+        self._leader_state.on_leader_append(self._log.log_end_offset)
+        self._sync_high_watermark()
+        self._lock.notify_all()
+        return info
 
     def _duplicate_info(self, batch: BatchMetadata) -> AppendInfo:
         """A retried batch already in the log (S5): its original offsets, nothing appended."""

@@ -4,17 +4,21 @@ rolls and at close, recovery after a crash, truncation, expiration."""
 
 from __future__ import annotations
 
+import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from controller.launcher import wait_until
 from log.clock import ManualClock
 from log.config import LogConfig
 from log.log import Log
 from log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
 from log.producer_state_file import list_snapshots
 from log.record import build_batch
+from replication import partition as partition_module
 from replication.partition import Partition
 
 START_MS = 1_700_000_000_000
@@ -84,6 +88,39 @@ def test_sequence_errors_write_nothing(tmp_path: Path) -> None:
     assert p.log_end_offset == 1
     assert p.append_as_leader(batch(7, 2, 1), acks=1).first_offset == 1  # the producer goes on
     p.close()
+
+
+def test_a_batch_ahead_of_its_turn_waits_for_the_batches_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GAP_WAITS: requests of one producer reach the leader on different gRPC threads in any order; a batch
+    whose sequence is ahead waits (bounded) until the earlier batch is appended, then goes in after it."""
+    monkeypatch.setattr(partition_module, "GAP_WAIT_S", 30.0)  # long enough on a loaded machine
+    clock = ManualClock(START_MS)
+    p = leader(tmp_path / "l", clock)
+    p.append_as_leader(batch(7, 0, 0, 2), acks=1)
+    result: list[object] = []
+    early = threading.Thread(target=lambda: result.append(p.append_as_leader(batch(7, 0, 4, 1), acks=1)))
+    early.start()
+    wait_until(lambda: _waiting(early), 10.0, "the early batch to wait")
+    p.append_as_leader(batch(7, 0, 2, 2), acks=1)  # the batch before it arrives
+    early.join(10.0)
+    assert [(r.first_offset, r.last_offset) for r in result] == [(4, 4)]  # type: ignore[attr-defined]
+    monkeypatch.setattr(partition_module, "GAP_WAIT_S", 0.02)
+    with pytest.raises(OutOfOrderSequenceError):  # a gap nobody fills still fails, after the bounded wait
+        p.append_as_leader(batch(7, 0, 9, 1), acks=1)
+    assert p.log_end_offset == 5
+    p.close()
+
+
+def _waiting(thread: threading.Thread) -> bool:
+    """The thread sits in Condition.wait (its frame shows the wait), or has finished."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == "wait":
+            return True
+        frame = frame.f_back
+    return not thread.is_alive()
 
 
 def test_followers_build_the_same_state_and_take_over_dedup(tmp_path: Path) -> None:
