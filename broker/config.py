@@ -6,8 +6,8 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
 ... :data:`controller.configs.BROKER_CONFIGS`), the broker reads::
 
     key                                            default      what
-    broker.heartbeat.interval.ms                   2000         heartbeat period to the active controller
-    broker.session.timeout.ms                      9000         the controller's; accepted, unused here
+    broker.heartbeat.interval.ms                   500          heartbeat period to the active controller (Kafka: 2000)
+    broker.session.timeout.ms                      2000         the controller's (Kafka: 9000); accepted, unused here
     broker.rack                                    ""           registered with the controller
     log.retention.hours / .minutes                 168 / unset  used when log.retention.ms is not set
     log.roll.hours                                 168          used when log.roll.ms is not set
@@ -95,8 +95,8 @@ def _key(name: str, type_: ConfigType, default: str, low: float | None = None, h
 
 
 _BROKER_ONLY = [
-    _key("broker.heartbeat.interval.ms", _INT, "2000", 1),
-    _key("broker.session.timeout.ms", _INT, "9000", 1),
+    _key("broker.heartbeat.interval.ms", _INT, "500", 1),
+    _key("broker.session.timeout.ms", _INT, "2000", 1),
     _key("broker.rack", _STRING, ""),
     _key("log.retention.hours", _INT, "168", -1),
     _key("log.retention.minutes", _INT, "", -1),

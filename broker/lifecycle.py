@@ -51,7 +51,7 @@ class BrokerLifecycle:
         advertised: str | Mapping[str, str],
         *,
         rack: str = "",
-        heartbeat_interval_ms: int = 2000,
+        heartbeat_interval_ms: int = 500,
         on_unfenced: Callable[[int], None] | None = None,
     ) -> None:
         self.broker_id = broker_id

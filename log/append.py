@@ -50,6 +50,9 @@ class AppendInfo:
     log_start_offset: int
     record_count: int
     size_bytes: int
+    # The appended batches' headers as written (offsets assigned): the replica's producer state and epoch cache
+    # read them instead of parsing the batches again.
+    batch_headers: tuple[BatchHeader, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,7 @@ class PreparedAppend:
             log_start_offset=log_start_offset,
             record_count=self.record_count,
             size_bytes=self.size_bytes,
+            batch_headers=tuple(batch.header for batch in self.batches),
         )
 
 

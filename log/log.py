@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,15 +44,15 @@ from log.append import (
     prepare_follower_append,
     prepare_leader_append,
 )
-from log.checkpoint import fsync_dir, read_checkpoint, remove_marker, write_checkpoint, write_marker
+from log.checkpoint import fsync_dir, remove_marker, write_checkpoint, write_marker
 from log.cleaner.keys import require_keys
 from log.clock import Clock
 from log.config import LogConfig
 from log.errors import OffsetOutOfRangeError, RecordTooLargeError, StorageError
-from log.logdir import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, prepare_directory
+from log.logdir import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, load_segments, prepare_directory, read_offsets
 from log.policy import MAX_RELATIVE_OFFSET, SegmentInfo, flush_due, retention_count, roll_reason
 from log.record.header import BASE_OFFSET
-from log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, file_stem
+from log.segment import Segment
 
 __all__ = ["AppendInfo", "FetchData", "Log", "SegmentInfo"]
 
@@ -121,9 +121,7 @@ class Log:
     # ------------------------------------------------------------------------------------ open
 
     @classmethod
-    def open(
-        cls, path: str | Path, config: LogConfig, clock: Clock, *, recovery_point: int | None = None
-    ) -> Log:
+    def open(cls, path: str | Path, config: LogConfig, clock: Clock, *, recovery_point: int | None = None) -> Log:
         """Open (creating if needed) the log in ``path`` and recover it.
 
         Without a clean-shutdown marker every segment from the one holding the recovery point on
@@ -134,12 +132,12 @@ class Log:
         directory = Path(path)
         directory.mkdir(parents=True, exist_ok=True)
         bases = prepare_directory(directory)
-        saved = _read_offsets(directory)
+        saved = read_offsets(directory)
         clean = (directory / CLEAN_SHUTDOWN_FILE).exists()
         point = recovery_point if recovery_point is not None else saved.get(RECOVERY_POINT_KEY, 0)
         start = saved.get(LOG_START_OFFSET_KEY, 0)
         now = clock.time_ms()
-        segments = _load_segments(directory, bases, config, now, point, clean)
+        segments = load_segments(directory, bases, config, now, point, clean)
         try:
             if not segments:
                 segments = [Segment.create(directory, max(start, 0), config, now)]
@@ -286,9 +284,7 @@ class Log:
 
     def _roll(self, base_offset: int, now: int) -> Segment:
         old = self._segments[-1]
-        assert base_offset >= self._log_end_offset, (
-            f"roll at {base_offset} below the log end {self._log_end_offset}"
-        )
+        assert base_offset >= self._log_end_offset, f"roll at {base_offset} below the log end {self._log_end_offset}"
         if old.is_empty:  # only a follower append far past an empty segment's base gets here
             old.delete()
             self._segments.pop()
@@ -336,9 +332,7 @@ class Log:
             active = self._segments[-1]
             return self._fetch_data(b"", offset, offset, active, active.size_bytes)
 
-    def _fetch_data(
-        self, records: bytes, offset: int, first: int, segment: Segment, position: int
-    ) -> FetchData:
+    def _fetch_data(self, records: bytes, offset: int, first: int, segment: Segment, position: int) -> FetchData:
         return FetchData(
             records,
             offset,
@@ -414,9 +408,7 @@ class Log:
 
     # ------------------------------------------------------------------------------ compaction
 
-    def replace_segments(
-        self, replaced: Sequence[SegmentInfo], install: Callable[[list[Segment]], Segment]
-    ) -> bool:
+    def replace_segments(self, replaced: Sequence[SegmentInfo], install: Callable[[list[Segment]], Segment]) -> bool:
         """Swap one cleaned segment in for ``replaced``, a run of non-active segments (``log.cleaner``).
 
         ``install`` gets the Segments to replace and does the file work (``log.cleaner.swap``), under
@@ -430,9 +422,11 @@ class Log:
             end = first + len(replaced)
             current = self._segments[max(first, 0) : end]
             wanted = [(s.base_offset, s.next_offset, s.size_bytes) for s in replaced]
-            if first < 0 or end >= len(self._segments) or wanted != [
-                (s.base_offset, s.next_offset, s.size_bytes) for s in current
-            ]:
+            if (
+                first < 0
+                or end >= len(self._segments)
+                or wanted != [(s.base_offset, s.next_offset, s.size_bytes) for s in current]
+            ):
                 return False
             try:
                 segment = install(current)
@@ -573,50 +567,3 @@ class Log:
             assert self._bases == [s.base_offset for s in self._segments]
             assert all(a < b for a, b in zip(self._bases, self._bases[1:], strict=False)), self._bases
             assert all(s.next_offset <= b for s, b in zip(self._segments, self._bases[1:], strict=False))
-
-
-def _read_offsets(directory: Path) -> dict[str, int]:
-    try:
-        return read_checkpoint(directory / CHECKPOINT_FILE) or {}
-    except StorageError as e:
-        logger.warning("%s; recovering every segment and starting at the first one", e)
-        return {}
-
-
-def _load_segments(
-    directory: Path, bases: list[int], config: LogConfig, now: int, recovery_point: int, clean: bool
-) -> list[Segment]:
-    """Open the segments in order; a recovery cut in the unflushed part deletes every later segment."""
-    segments: list[Segment] = []
-    min_offset = bases[0] if bases else 0
-    try:
-        for i, base in enumerate(bases):
-            unflushed = not clean and (i + 1 == len(bases) or bases[i + 1] > recovery_point)
-            segment, cut = Segment.open(
-                directory, base, config, now, recover=unflushed, min_offset=min_offset
-            )
-            if segments and segment.is_empty and base < segments[-1].next_offset:
-                segment.delete()  # emptied by recovery and overlapping its predecessor
-                cut = 1
-            else:
-                segments.append(segment)
-                min_offset = segment.next_offset
-            if cut and unflushed:
-                _delete_segment_files(directory, reversed(bases[i + 1 :]))
-                break
-    except BaseException:
-        for segment in segments:
-            segment.close()
-        raise
-    return segments
-
-
-def _delete_segment_files(directory: Path, bases: Iterable[int]) -> None:
-    deleted = False
-    for base in bases:
-        logger.warning("%s: deleting segment %d after a recovery cut", directory, base)
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            (directory / (file_stem(base) + suffix)).unlink(missing_ok=True)
-        deleted = True
-    if deleted:
-        fsync_dir(directory)

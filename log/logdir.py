@@ -16,7 +16,8 @@ Files of one partition directory::
     *.tmp                                  an interrupted atomic write: removed
     .index / .timeindex without a .log     orphans of an interrupted segment deletion: removed
 
-Anything else is left alone. :func:`prepare_directory` runs at open, before segments are loaded.
+Anything else is left alone. :func:`prepare_directory` runs at open, before :func:`load_segments` opens the
+segments (recovering the unflushed ones).
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
-from log.checkpoint import TMP_SUFFIX, fsync_dir
+from log.checkpoint import TMP_SUFFIX, fsync_dir, read_checkpoint
+from log.config import LogConfig
+from log.errors import StorageError
 from log.recovery import PrefixScan
-from log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, file_stem, parse_base_offset
+from log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, file_stem, parse_base_offset
 
 logger = logging.getLogger(__name__)
 
@@ -101,3 +105,49 @@ def _valid_end_offset(path: Path, base: int) -> int | None:
         finally:
             view.release()
     return end if valid > 0 else None
+
+
+def read_offsets(directory: Path) -> dict[str, int]:
+    """The offsets checkpoint (recovery point, log start); empty when missing or unreadable."""
+    try:
+        return read_checkpoint(directory / CHECKPOINT_FILE) or {}
+    except StorageError as e:
+        logger.warning("%s; recovering every segment and starting at the first one", e)
+        return {}
+
+
+def load_segments(
+    directory: Path, bases: list[int], config: LogConfig, now: int, recovery_point: int, clean: bool
+) -> list[Segment]:
+    """Open the segments in order; a recovery cut in the unflushed part deletes every later segment."""
+    segments: list[Segment] = []
+    min_offset = bases[0] if bases else 0
+    try:
+        for i, base in enumerate(bases):
+            unflushed = not clean and (i + 1 == len(bases) or bases[i + 1] > recovery_point)
+            segment, cut = Segment.open(directory, base, config, now, recover=unflushed, min_offset=min_offset)
+            if segments and segment.is_empty and base < segments[-1].next_offset:
+                segment.delete()  # emptied by recovery and overlapping its predecessor
+                cut = 1
+            else:
+                segments.append(segment)
+                min_offset = segment.next_offset
+            if cut and unflushed:
+                _delete_segment_files(directory, reversed(bases[i + 1 :]))
+                break
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    return segments
+
+
+def _delete_segment_files(directory: Path, bases: Iterable[int]) -> None:
+    deleted = False
+    for base in bases:
+        logger.warning("%s: deleting segment %d after a recovery cut", directory, base)
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            (directory / (file_stem(base) + suffix)).unlink(missing_ok=True)
+        deleted = True
+    if deleted:
+        fsync_dir(directory)

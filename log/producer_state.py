@@ -26,6 +26,11 @@ leader for each batch with ``producerId >= 0``, before anything is written; the 
   2**31 - 1 to 0), else OUT_OF_ORDER_SEQUENCE_NUMBER.
 * S7. A batch's checks and its update touch only the entry of its own producer id; a rejected append
   changes no entry (the check works on a private copy of what the append would change).
+* S8. A refusal says whether the batch is only *ahead*: the first batch of its producer in the append, of
+  the producer's current or a newer epoch, starting after the sequence the producer is due to send next
+  (after the last written one; at 0 for a producer without state or in a new epoch). Written in order, the
+  batches before it would make it acceptable: they may still be on their way, and a leader may hold it
+  until they are written (``replication.partition``, bounded). Anything else refused is final.
 
 Updates (:meth:`ProducerStateManager.update`) replay written batches, as leader after the append, as
 follower from replicated batches and at recovery from the log tail, so every replica ends up with the
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from log.errors import InvalidRecordError, LogError
 from log.record.header import NO_PRODUCER_ID, BatchHeader
@@ -50,6 +56,7 @@ NO_OFFSET = -1
 
 class OutOfOrderSequenceError(LogError):
     code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    ahead = False  # S8: only batches before it are missing (set on the instance)
 
 
 class InvalidProducerEpochError(LogError):
@@ -58,6 +65,7 @@ class InvalidProducerEpochError(LogError):
 
 class UnknownProducerIdError(LogError):
     code = "UNKNOWN_PRODUCER_ID"
+    ahead = False  # S8: only batches before it are missing (set on the instance)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,14 +172,17 @@ class ProducerStateManager:
         Returns a duplicate verdict when the append is exactly one batch that was written before (S5).
         """
         pending: dict[int, ProducerEntry] = {}  # S7: what this append would change, nothing shared
+        seen: set[int] = set()
         duplicates = 0
         for i, header in enumerate(headers):
             pid = header.producer_id
             if pid == NO_PRODUCER_ID:
                 continue
             _check_fields(i, header)
+            first = pid not in seen  # S8: the producer's first batch in this append
+            seen.add(pid)
             entry = pending.get(pid) or self._entries.get(pid)
-            if _check_sequence(i, header, entry) is not None:
+            if _check_sequence(i, header, entry, first) is not None:
                 duplicates += 1
                 continue
             # Offsets are not known before the append; the tentative entry only carries sequences.
@@ -242,13 +253,17 @@ def _check_fields(i: int, header: BatchHeader) -> None:
         )
 
 
-def _check_sequence(i: int, header: BatchHeader, entry: ProducerEntry | None) -> BatchMetadata | None:
-    """S2-S6 for one batch against its producer's (tentative) entry; the duplicate's metadata, or None."""
+def _check_sequence(i: int, header: BatchHeader, entry: ProducerEntry | None, first: bool) -> BatchMetadata | None:
+    """S2-S6 for one batch against its producer's (tentative) entry; the duplicate's metadata, or None.
+    ``first``: the producer's first batch in the append, whose refusal may be only ahead (S8)."""
     pid, epoch, seq = header.producer_id, header.producer_epoch, header.base_sequence
     if entry is None:
         if seq != 0:
-            raise UnknownProducerIdError(
-                f"batch {i}: producer {pid} has no state here and its batch starts at sequence {seq}, not 0"
+            raise _ahead(
+                UnknownProducerIdError(
+                    f"batch {i}: producer {pid} has no state here and its batch starts at sequence {seq}, not 0"
+                ),
+                first,
             )
         return None
     if epoch < entry.producer_epoch:
@@ -257,8 +272,11 @@ def _check_sequence(i: int, header: BatchHeader, entry: ProducerEntry | None) ->
         )
     if epoch > entry.producer_epoch:
         if seq != 0:
-            raise OutOfOrderSequenceError(
-                f"batch {i}: producer {pid} starts its new epoch {epoch} at sequence {seq}, not 0"
+            raise _ahead(
+                OutOfOrderSequenceError(
+                    f"batch {i}: producer {pid} starts its new epoch {epoch} at sequence {seq}, not 0"
+                ),
+                first,
             )
         return None
     duplicate = entry.find_duplicate(seq, header.last_sequence)
@@ -266,10 +284,20 @@ def _check_sequence(i: int, header: BatchHeader, entry: ProducerEntry | None) ->
         return duplicate
     expected = next_seq(entry.last_seq)
     if seq != expected:
-        raise OutOfOrderSequenceError(
+        error = OutOfOrderSequenceError(
             f"batch {i}: producer {pid} epoch {epoch} sent sequence {seq}, expected {expected}"
         )
+        raise _ahead(error, first and (seq - expected) % SEQUENCE_MOD < SEQUENCE_MOD // 2)
     return None
+
+
+_Refusal = TypeVar("_Refusal", OutOfOrderSequenceError, UnknownProducerIdError)
+
+
+def _ahead(error: _Refusal, ahead: bool) -> _Refusal:
+    """``error``, marked as a batch that is only ahead of its turn when ``ahead`` (S8)."""
+    error.ahead = ahead
+    return error
 
 
 class ExpirySchedule:

@@ -14,6 +14,7 @@ from typing import Any
 from odradek import __version__
 from odradek.dump_log import add_dump_log_parser
 from odradek.errors import CliError, OdradekError
+from odradek.launcher.children import die_with_parent
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -58,6 +59,7 @@ def _add_server_parsers(commands: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    die_with_parent()  # a server started by ``odradek up``: it goes when ``up`` goes
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Handler | None = getattr(args, "handler", None)

@@ -68,12 +68,8 @@ def add_groups_parser(commands: Any) -> None:
 
 def run_list(args: argparse.Namespace) -> int:
     servers = bootstrap_servers(args)
-    with reaching(servers):
-        admin = open_admin(servers)
-        try:
-            groups = admin.list_groups()
-        finally:
-            admin.close()
+    with reaching(servers), open_admin(servers) as admin:
+        groups = admin.list_groups()
     if args.state:
         print(table([["GROUP", "STATE"], *([g.group_id, g.state] for g in groups)]))
     else:
@@ -84,24 +80,16 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_describe(args: argparse.Namespace) -> int:
     servers = bootstrap_servers(args)
-    with reaching(servers):
-        admin = open_admin(servers)
-        try:
-            described = admin.describe_group(args.group)
-        finally:
-            admin.close()
+    with reaching(servers), open_admin(servers) as admin:
+        described = admin.describe_group(args.group)
     print("\n".join(format_group(described, members=args.members)))
     return 0
 
 
 def run_delete(args: argparse.Namespace) -> int:
     servers = bootstrap_servers(args)
-    with reaching(servers):
-        admin = open_admin(servers)
-        try:
-            admin.delete_groups([args.group])
-        finally:
-            admin.close()
+    with reaching(servers), open_admin(servers) as admin:
+        admin.delete_groups([args.group])
     print(f"Deleted group {args.group}.")
     return 0
 
@@ -121,17 +109,13 @@ def run_reset(args: argparse.Namespace) -> int:
     else:
         spec = parse_datetime(args.to_datetime)
     servers = bootstrap_servers(args)
-    with reaching(servers):
-        admin = open_admin(servers)
-        try:
-            partitions = [tp for item in args.topic for tp in parse_topic(item, servers)]
-            if args.all_topics:
-                partitions += list(admin.list_group_offsets(args.group))
-            if not partitions:
-                raise CliError(f"group {args.group!r} has no committed offsets: name the partitions with --topic")
-            plan = admin.reset_group_offsets(args.group, partitions, spec, execute=args.execute)
-        finally:
-            admin.close()
+    with reaching(servers), open_admin(servers) as admin:
+        partitions = [tp for item in args.topic for tp in parse_topic(item, servers)]
+        if args.all_topics:
+            partitions += list(admin.list_group_offsets(args.group))
+        if not partitions:
+            raise CliError(f"group {args.group!r} has no committed offsets: name the partitions with --topic")
+        plan = admin.reset_group_offsets(args.group, partitions, spec, execute=args.execute)
     rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
     rows += [[args.group, tp.topic, str(tp.partition), str(offset)] for tp, offset in sorted(plan.items())]
     print(table(rows))

@@ -79,11 +79,8 @@ def topic_partitions(servers: str, topic: str) -> list[TopicPartition]:
     """Every partition of ``topic``, from Admin.describe_topics (:class:`CliError` when it has none)."""
     from odradek import TopicPartition
 
-    admin = open_admin(servers)
-    try:
+    with open_admin(servers) as admin:
         description = admin.describe_topics([topic])[topic]
-    finally:
-        admin.close()
     if not description.partitions:
         raise CliError(f"topic {topic!r} has no partitions")
     return [TopicPartition(topic, p.partition) for p in sorted(description.partitions, key=lambda p: p.partition)]

@@ -63,24 +63,16 @@ def run_create(args: argparse.Namespace) -> int:
     servers = bootstrap_servers(args)
     topic = NewTopic(args.name, num_partitions=args.partitions, replication_factor=args.replication_factor,
                      config=config)  # fmt: skip
-    with reaching(servers):
-        admin = open_admin(servers)
-        try:
-            admin.create_topics([topic])
-        finally:
-            admin.close()
+    with reaching(servers), open_admin(servers) as admin:
+        admin.create_topics([topic])
     print(f"Created topic {args.name}.")
     return 0
 
 
 def run_list(args: argparse.Namespace) -> int:
     servers = bootstrap_servers(args)
-    with reaching(servers):
-        admin = open_admin(servers)
-        try:
-            names = admin.list_topics()
-        finally:
-            admin.close()
+    with reaching(servers), open_admin(servers) as admin:
+        names = admin.list_topics()
     for name in sorted(names):
         print(name)
     return 0
@@ -88,26 +80,18 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_delete(args: argparse.Namespace) -> int:
     servers = bootstrap_servers(args)
-    with reaching(servers):
-        admin = open_admin(servers)
-        try:
-            admin.delete_topics([args.name])
-        finally:
-            admin.close()
+    with reaching(servers), open_admin(servers) as admin:
+        admin.delete_topics([args.name])
     print(f"Deleted topic {args.name}.")
     return 0
 
 
 def run_describe(args: argparse.Namespace) -> int:
     servers = bootstrap_servers(args)
-    with reaching(servers):
-        admin = open_admin(servers)
-        try:
-            names = [args.name] if args.name else sorted(admin.list_topics())
-            descriptions = admin.describe_topics(names) if names else {}
-            configs = {name: topic_configs(admin, name) for name in names}
-        finally:
-            admin.close()
+    with reaching(servers), open_admin(servers) as admin:
+        names = [args.name] if args.name else sorted(admin.list_topics())
+        descriptions = admin.describe_topics(names) if names else {}
+        configs = {name: topic_configs(admin, name) for name in names}
     for name in names:
         print("\n".join(format_topic(descriptions[name], configs.get(name, {}))))
     return 0

@@ -18,9 +18,10 @@ Rules (the client half of ``log.producer_state``'s S1-S7):
 * P4. A retriable error (a lost answer, a timeout, NOT_LEADER_OR_FOLLOWER, ...) resends the batch with the
   same sequence: the broker writes it once, or answers the original offsets of the copy it has.
 * P5. OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID for a batch sent while an earlier batch of its
-  partition was unanswered: the broker may simply have handled the two requests in the other order (gRPC
-  does not keep a connection's requests in order, unlike Kafka's broker); it is retried (same sequence),
-  after the earlier one (P3).
+  partition was unanswered: the earlier one may not have been written yet when the leader gave up holding
+  this one (the sender starts a broker's requests in drain order, and the leader holds a batch that is only
+  ahead of its turn for a bounded time, ``log.producer_state`` S8; the earlier request may also have been
+  lost or refused); it is retried (same sequence), after the earlier one (P3).
 * P6. The same errors for a batch sent when every earlier batch of its partition was answered (KIP-360):
   UNKNOWN_PRODUCER_ID (the broker lost the producer's state) resends it under a bumped epoch;
   OUT_OF_ORDER_SEQUENCE_NUMBER (the broker lost batches it had acknowledged) fails it and bumps the epoch.

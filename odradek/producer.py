@@ -25,7 +25,6 @@ import random
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
-from typing import NamedTuple
 
 from log.record import codec_from_name
 from odradek.accumulator import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES, RecordAccumulator, record_size_upper_bound
@@ -42,13 +41,19 @@ from odradek.types import Header, RecordMetadata, TopicPartition
 INT64_MAX = 2**63 - 1
 
 
-class _Route(NamedTuple):
-    """Where ``send`` puts a topic's records, valid while ``cluster`` is the client's metadata snapshot."""
+class _Route:
+    """Where ``send`` puts a topic's records, valid while ``cluster`` is the client's metadata snapshot.
+    Immutable once made (a slotted class: ``send`` reads its fields for every record)."""
 
-    cluster: Cluster
-    tps: tuple[TopicPartition, ...]
-    num_partitions: int
-    available: tuple[int, ...]
+    __slots__ = ("cluster", "tps", "num_partitions", "available")
+
+    def __init__(
+        self, cluster: Cluster, tps: tuple[TopicPartition, ...], num_partitions: int, available: tuple[int, ...]
+    ) -> None:
+        self.cluster = cluster
+        self.tps = tps
+        self.num_partitions = num_partitions
+        self.available = available
 
 
 class Producer:
@@ -90,6 +95,8 @@ class Producer:
             gate=self._idempotence,
         )
         self._partitioner = StickyPartitioner(rng)
+        self._sticky_partition = self._partitioner.partition
+        self._append = self._accumulator.append
         self._routes: dict[str, _Route] = {}
         self._sender = Sender(
             client=self._client,
@@ -151,7 +158,7 @@ class Producer:
             route = self._route(topic)
             max_block_ms -= self._clock.monotonic_ms() - started
         tps = route.tps
-        append = self._accumulator.append
+        append = self._append
         if partition is not None:
             if type(partition) is not int or not 0 <= partition < route.num_partitions:
                 raise _bad_partition(topic, partition, route.num_partitions)
@@ -159,7 +166,7 @@ class Producer:
         elif key is not None and not self._ignore_keys:
             tp = tps[partition_for_key(key, route.num_partitions)]
         else:  # sticky (KIP-480): stay while the partition's batch has room, else move on
-            tp = tps[self._partitioner.partition(topic, route.num_partitions, route.available)]
+            tp = tps[self._sticky_partition(topic, route.num_partitions, route.available)]
             future = append(tp, timestamp_ms, key, value, record_headers, size, max_block_ms, True)
             if future is not None:
                 return future
@@ -205,7 +212,8 @@ class Producer:
     # ---------------------------------------------------------------------------- flush, close
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send everything queued now and wait until it is answered (``timeout`` in seconds)."""
+        """Send everything queued now and wait until it is answered and the callbacks of its records have
+        run, as Kafka's ``flush`` does (``timeout`` in seconds)."""
         if self._sender.is_sender_thread:
             raise IllegalStateError("flush() from a send callback would wait for itself")
         deadline = None if timeout is None else self._clock.monotonic_ms() + timeout * 1000

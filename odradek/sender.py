@@ -5,6 +5,11 @@ sendable batches, drain them (up to ``max.in.flight.requests.per.connection`` re
 ``max.request.size`` each), send, expire batches past ``delivery.timeout.ms``, then sleep until the
 next linger or backoff deadline or until woken (a new batch, a response, a flush, close).
 
+Request order: the sender thread starts each Produce call itself (``ClusterClient.start_ordered``), so one
+broker's requests go out on its channel in the order they were drained, as on a Kafka connection; with
+idempotence that is sequence order per partition (the leader then appends them in that order, holding a
+batch that overtook an earlier one on the broker's side: ``log.producer_state`` S8).
+
 Per-partition answers: success completes the batches' futures with their offsets; a retriable error
 (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, a lost connection, ...) puts the batches back at the
 front of their queue after a backoff, refreshing metadata first when the error says it is stale, as
@@ -17,9 +22,9 @@ an epoch bump was asked for and every batch with a sequence got its final answer
 for a producer id and epoch (InitProducerId, retried with backoff); each answer about a batch goes through
 :meth:`IdempotenceState.on_error`, which says retry with the same sequence, resend under the next epoch,
 or fail (rules P1-P7 there). A DUPLICATE_SEQUENCE_NUMBER answer means the batch was written before: its
-records complete with offset -1, as in Kafka. A P5 refusal (the broker handled two in-flight requests of a
-partition in the other order) is no broker trouble: the batch is resent without ``retry.backoff.ms``, as
-soon as the earlier batches are answered (P3 holds it until then).
+records complete with offset -1, as in Kafka. A P5 refusal (an earlier batch of the partition did not reach
+the leader in time: lost, refused, or later than the leader's hold) is no broker trouble: the batch is
+resent without ``retry.backoff.ms``, as soon as the earlier batches are answered (P3 holds it until then).
 """
 
 from __future__ import annotations
@@ -236,7 +241,16 @@ class Sender:
             timeout_ms=self._request_timeout_ms,
             topics=[broker_pb2.ProduceTopicData(name=t, partitions=p) for t, p in by_topic.items()],
         )
-        call = self._client.submit(target[0].Produce, message, self._request_timeout_ms / 1000)
+        try:  # started here, on the sender thread: one broker's requests go out in the order they were drained
+            call = self._client.start_ordered(target[0].Produce, message, self._request_timeout_ms / 1000)
+        except Exception as exc:  # a closed channel, ...: the request failed before it left
+            error = NetworkError(f"Produce to {request.address} failed: {exc!r}")
+            if self._acks == 0:  # nothing is retried: the records fail
+                for tp_batches in by_tp.values():
+                    for batch in tp_batches:
+                        self._fail(batch, error)
+            self._complete_request(request, error, now)
+            return
         if self._acks == 0:
             for tp_batches in by_tp.values():
                 for batch in tp_batches:

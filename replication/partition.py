@@ -44,6 +44,7 @@ from log.producer_state import (
     OutOfOrderSequenceError,
     ProducerEntry,
     ProducerStateManager,
+    UnknownProducerIdError,
 )
 from log.record.header import BatchHeader, iter_batches
 from replication import epoch_store
@@ -72,12 +73,13 @@ ISR_RESEND_MS = 1_000.0  # an unsettled AlterPartition is sent again after this 
 MAX_PENDING_POSITIONS = 100_000  # appends above the high watermark whose byte positions are remembered
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (Kafka's default, KIP-854)
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000  # producer.id.expiration.check.interval.ms
-# A batch whose sequence is ahead of its producer's waits this many times (each up to GAP_WAIT_S) for the
-# batches before it: gRPC keeps no request order per connection, unlike Kafka's broker, so the request that
-# carries the earlier sequences is often being handled on another thread right now. Bounded: then
-# OUT_OF_ORDER_SEQUENCE_NUMBER as before (the producer sends it again once the earlier batches are answered).
-GAP_WAITS = 5
-GAP_WAIT_S = 0.02
+# Sequence order (log.producer_state S8): a producer's batch that is only ahead of its turn is held, up to
+# this long by the partition's clock, until the batches before it are written. Kafka's broker handles one
+# connection's requests one at a time; a gRPC server hands a connection's calls to a pool of threads, so two
+# requests the producer sent in order (odradek.sender) may reach the partition in the other order, the
+# earlier one a moment later. A gap that stays (its batches lost, or refused) is then refused as usual.
+SEQUENCE_WAIT_MS = 500.0
+SEQUENCE_POLL_S = 0.05  # a held batch reads the clock again at least this often (a ManualClock moves by hand)
 
 
 __all__ = [
@@ -123,13 +125,14 @@ class Partition:
         high_watermark: int = 0,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         producer_id_expiration_check_interval_ms: int = PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+        sequence_wait_ms: float = SEQUENCE_WAIT_MS,
     ) -> None:
         self.topic_id = topic_id
         self.topic = topic
         self.partition = partition
         self.local_broker_id = local_broker_id
         self._clock = clock
-        self._lock = threading.Condition(threading.Lock())  # notified after every leader append (GAP_WAITS)
+        self._lock = threading.Condition(threading.Lock())  # notified after every leader append (S8 holds)
         self._log = log
         self._role = Role.NONE
         self._leader_id = NO_LEADER
@@ -156,6 +159,7 @@ class Partition:
             producer_id_expiration_ms, producer_id_expiration_check_interval_ms, clock.time_ms()
         )
         self._segment_base = log.active_segment_base_offset
+        self._sequence_wait_ms = sequence_wait_ms
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, {self._role}, epoch {self._leader_epoch})"
@@ -306,6 +310,7 @@ class Partition:
             self._set_registration(reg, Role.FOLLOWER)
             self._leader_state = None
             self._isr_state = None
+            self._lock.notify_all()  # held batches (S8) fail now: no longer the leader
             return True
 
     # ---------------------------------------------------------------------------------- follower
@@ -359,13 +364,12 @@ class Partition:
             if self._role is not Role.FOLLOWER or self._leader_epoch != leader_epoch:
                 return None
             info = self._log.append_as_follower(records) if records else None
-            if records and self._epochs_from_batches(records):
-                epoch_store.save(self._log, self._epochs)
             if info is not None:
-                for _, header in iter_batches(records, validate=False):
+                if self._epochs_from_batches(info.batch_headers):
+                    epoch_store.save(self._log, self._epochs)
+                for header in info.batch_headers:
                     self._producers.update(header, header.base_offset)
                 self._after_producer_updates()
-            if info is not None:
                 self._appended_bytes += info.size_bytes
             hw = min(leader_high_watermark, self._log.log_end_offset)
             self._high_watermark = max(self._high_watermark, hw, self._log.log_start_offset)
@@ -374,9 +378,9 @@ class Partition:
             )
             return info
 
-    def _epochs_from_batches(self, records: bytes) -> bool:
+    def _epochs_from_batches(self, headers: Iterable[BatchHeader]) -> bool:
         changed = False
-        for _, header in iter_batches(records, validate=False):
+        for header in headers:
             epoch = header.partition_leader_epoch
             if epoch >= 0 and epoch > self._epochs.latest_epoch:
                 changed |= self._epochs.assign(epoch, header.base_offset)
@@ -442,6 +446,7 @@ class Partition:
             if not self._log.closed:
                 producer_state_file.take_snapshot(self._log, self._producers)
             self._log.close()
+            self._lock.notify_all()  # held batches (S8) fail now
 
     # ------------------------------------------------------------------------------------ writes
 
@@ -451,22 +456,33 @@ class Partition:
         Raises NotLeaderOrFollowerError unless leader; NotEnoughReplicasError when ``acks`` is -1 and the ISR
         is smaller than ``min.insync.replicas`` (Kafka checks before appending: nothing is written); the
         log's errors (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, ...) for bad batches, again with nothing written;
-        the idempotent producers' sequence errors (``log.producer_state`` S1-S7: OUT_OF_ORDER_SEQUENCE_NUMBER,
+        the idempotent producers' sequence errors (``log.producer_state`` S1-S8: OUT_OF_ORDER_SEQUENCE_NUMBER,
         INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID), checked on the batch headers before the append. A
         retried batch already written is answered with its original offsets and not appended again (S5).
-        A batch ahead of its producer's sequence first waits (bounded, GAP_WAITS) for the batches before it.
+
+        Sequence order: a batch only ahead of its producer's turn (S8) is held, the lock released, until the
+        batches before it are written, for at most ``sequence_wait_ms`` of the partition's clock; every
+        leader append wakes the held ones to check again (a role change is seen at the next check).
         """
         with self._lock:
-            for waits_left in range(GAP_WAITS, -1, -1):
+            deadline: float | None = None
+            while True:
                 try:
                     return self._append_as_leader_locked(records, acks)
-                except OutOfOrderSequenceError:
-                    if waits_left == 0 or not self._lock.wait(GAP_WAIT_S):
+                except (OutOfOrderSequenceError, UnknownProducerIdError) as refusal:
+                    if not refusal.ahead:
                         raise
-            raise AssertionError("unreachable: the last attempt returns or raises")
+                    now = self._clock.monotonic_ms()
+                    if deadline is None:
+                        deadline = now + self._sequence_wait_ms
+                    if now >= deadline:
+                        logger.debug("%s: a batch ahead of its turn waited %.0f ms in vain: %s", self,
+                                     self._sequence_wait_ms, refusal)  # fmt: skip
+                        raise
+                    self._lock.wait(min((deadline - now) / 1000, SEQUENCE_POLL_S))
 
     def _append_as_leader_locked(self, records: bytes | memoryview, acks: int) -> AppendInfo:
-        """``append_as_leader`` under the lock, once; wakes the batches waiting for their turn (GAP_WAITS)."""
+        """``append_as_leader`` under the lock, once; wakes the batches held for their turn (S8)."""
         if self._role is not Role.LEADER or self._leader_state is None:
             raise NotLeaderOrFollowerError(f"broker {self.local_broker_id} is not the leader of {self.key_str}")
         min_isr = self._log.config.min_insync_replicas

@@ -6,6 +6,11 @@ batches must be valid (CORRUPT_MESSAGE, INVALID_RECORD) and small enough (MESSAG
 that fails changes nothing and does not stop the others. ``acks`` outside {0, 1, -1} fails every
 partition with INVALID_REQUIRED_ACKS and appends nothing.
 
+An idempotent producer's batch that overtook an earlier one of its partition on the way (gRPC hands one
+connection's calls to several threads) is held by the partition until the earlier one is written, for a
+bounded time (``log.producer_state`` S8, ``replication.partition``): the partitions of a request are
+appended in the order the request lists them, which the producer keeps the same in every request.
+
 acks=0 and acks=1 answer after the leader append (the client ignores the acks=0 answer); acks=-1 parks a
 :class:`~broker.delayed_produce.DelayedProduce` until every appended partition's high watermark passes its
 batch, or ``timeout_ms`` (capped at 300 s). Each ``records`` field is read once: protobuf copies bytes on every access.

@@ -57,13 +57,9 @@ _NO_HEADERS = b"\x00"  # varint 0: headersCount
 # Indexes are never negative, so an IndexError means "too large for the table": the general path.
 _VARINT: tuple[tuple[bytes, int], ...] = tuple((v, len(v)) for v in UNSIGNED_VARINT)  # by zigzag value
 # attributes (always 0) + timestampDelta, by zigzagged delta: one piece instead of two.
-_ATTRS_TS: tuple[tuple[bytes, int], ...] = tuple(
-    (b"\x00" + v, 1 + len(v)) for v in UNSIGNED_VARINT[: 1 << 12]
-)
+_ATTRS_TS: tuple[tuple[bytes, int], ...] = tuple((b"\x00" + v, 1 + len(v)) for v in UNSIGNED_VARINT[: 1 << 12])
 # offsetDelta + a null key, by offset delta: the common producer record.
-_OFFSET_NULL_KEY: tuple[tuple[bytes, int], ...] = tuple(
-    (v + _NULL, len(v) + 1) for v in UNSIGNED_VARINT[0::2]
-)
+_OFFSET_NULL_KEY: tuple[tuple[bytes, int], ...] = tuple((v + _NULL, len(v) + 1) for v in UNSIGNED_VARINT[0::2])
 
 
 def _length(n: int) -> bytes:
@@ -199,9 +195,16 @@ class BatchBuilder:
         """Size of the batch if built now without compression (an upper bound when compressing)."""
         return self._size
 
-    def append(
-        self, timestamp_ms: int, key: bytes | None, value: bytes | None, headers: Sequence[Header] = ()
-    ) -> int:
+    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """Set the header's producer id, epoch and base sequence before ``build`` (Kafka's
+        ``MemoryRecordsBuilder.setProducerState``): an idempotent batch is built once, with its CRC."""
+        if self._built:
+            raise RuntimeError("set_producer_state() after build()")
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        self._base_sequence = base_sequence
+
+    def append(self, timestamp_ms: int, key: bytes | None, value: bytes | None, headers: Sequence[Header] = ()) -> int:
         """Add one record; returns its offset delta. Keys, values and header values are bytes or None."""
         delta = self._next_offset_delta
         base = self._base_timestamp
@@ -271,9 +274,7 @@ class BatchBuilder:
     ) -> int:
         """Add one record at an explicit offset delta, which must exceed the previous one."""
         if not self._next_offset_delta <= offset_delta <= INT32_MAX:
-            raise ValueError(
-                f"offset delta {offset_delta} must be at least {self._next_offset_delta} and fit an int32"
-            )
+            raise ValueError(f"offset delta {offset_delta} must be at least {self._next_offset_delta} and fit an int32")
         previous = self._next_offset_delta
         self._skipped += offset_delta - previous
         self._next_offset_delta = offset_delta

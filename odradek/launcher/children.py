@@ -6,7 +6,11 @@ No orphans, whatever happens to ``up``:
   stops the children in order (brokers first: their controlled shutdown needs a controller);
 * on Linux each child asks the kernel for SIGTERM when ``up`` dies (``prctl(PR_SET_PDEATHSIG)``), so even
   a SIGKILLed ``up`` takes its cluster down; the child checks right after setting it that ``up`` is still
-  its parent, closing the race with an ``up`` that died during the fork;
+  its parent, closing the race with an ``up`` that died during the start. The child does this itself, first
+  thing in ``odradek.cli.main`` (:func:`die_with_parent`, told the parent's pid by ``ODRADEK_PARENT_PID``),
+  not in a ``preexec_fn``: a ``preexec_fn`` makes ``subprocess`` fork instead of vfork, and a fork runs
+  gRPC's fork handlers, which crashed the child before its exec when the parent (the chaos harness, with
+  producers and consumers running) had calls in flight ("Mutex::Fer with pending CondVar queueing");
 * :func:`stop_all` sends SIGTERM, waits (bounded), then sends SIGKILL.
 
 Thread-safety: none; the main thread of ``up`` drives these objects.
@@ -43,17 +47,19 @@ def _load_prctl() -> Callable[..., int] | None:
 _PRCTL = _load_prctl()  # looked up before any fork: the child only calls it
 
 
-def _die_with_parent(parent_pid: int) -> Callable[[], None]:
-    """A ``preexec_fn``: SIGTERM this child when its parent dies (Linux), and exit at once when the
-    parent is already gone."""
+PARENT_PID_ENV = "ODRADEK_PARENT_PID"
 
-    def preexec() -> None:
-        if _PRCTL is not None:
-            _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent_pid:
-            os._exit(1)
 
-    return preexec
+def die_with_parent() -> None:
+    """In a child of ``up`` (``ODRADEK_PARENT_PID`` set): SIGTERM this process when that parent dies (Linux),
+    and exit at once when it is already gone. Does nothing in any other process."""
+    value = os.environ.pop(PARENT_PID_ENV, None)
+    if value is None:
+        return
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != int(value):
+        os._exit(1)
 
 
 class Child:
@@ -77,8 +83,8 @@ class Child:
             log.flush()
             self.log_offset = log.tell()
             self.popen = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                process_group=0, preexec_fn=_die_with_parent(os.getpid()),
+                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env={**self.env, PARENT_PID_ENV: str(os.getpid())}, process_group=0,
             )  # fmt: skip
 
     @property

@@ -7,6 +7,14 @@ wait without holding the GIL) and completes a :class:`concurrent.futures.Future`
 their non-blocking style at the cost of one thread per concurrent call, started on demand and reused.
 
 Workers are daemon threads: a client that is never closed does not keep the interpreter alive.
+
+What this pool cannot do is keep order: two calls submitted one after the other may start in either order
+(each worker starts its own). Where order matters -- the producer's Produce requests to one broker, which
+carry a partition's sequences in order -- the caller starts the call itself with ``.future()``
+(``ClusterClient.start_ordered``): a channel sends calls in the order they are started. Measured (a producer,
+3 brokers on one 2-core machine): at 200k records/s the channels are rarely idle and gRPC started ~20
+polling threads for ~80 requests; at 2,000 records/s (~160 requests/s, one at a time) it started one per
+request, ~3% of a core more than this pool.
 """
 
 from __future__ import annotations

@@ -356,6 +356,12 @@ class ClusterClient:
         """Start ``stub_method(request)`` on a worker thread (see :mod:`odradek.net.calls`)."""
         return self.calls.submit(stub_method, request, timeout_s)
 
+    def start_ordered(self, stub_method: Any, request: Any, timeout_s: float) -> Any:
+        """Start ``stub_method(request)`` now, on the calling thread: calls one thread starts on a channel go
+        out in the order it started them (see :mod:`odradek.net.calls`). A ``grpc.Future``: its result raises
+        ``grpc.RpcError`` on failure; done-callbacks run on gRPC's thread."""
+        return stub_method.future(request, timeout=timeout_s)
+
     def close(self) -> None:
         self.calls.shutdown()
         self.pool.close()

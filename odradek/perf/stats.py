@@ -1,10 +1,11 @@
 """Throughput and latency bookkeeping for ``odradek perf``, worded like Kafka's perf tools.
 
-:class:`Recorder` takes one call per completed record from ONE thread (the producer's sender thread for
+:class:`Recorder` takes one call per completed record (per timed record, standing for its run of records,
+in ``perf produce``; per batch in ``perf consume``) from ONE thread (the producer's sender thread for
 ``perf produce``, the consumer thread for ``perf e2e``, the main thread for ``perf consume``), keeps
-every latency (an ``array('d')``: 8 bytes a record), and prints a progress line for the last window
-every ``interval_s`` from that same thread. The main thread reads the totals only after the recording
-thread is done (after ``flush``/``join``), so no lock is needed.
+every latency it is given (an ``array('d')``: 8 bytes a sample), and prints a progress line for the last
+window every ``interval_s`` from that same thread. The main thread reads the totals only after the
+recording thread is done (after ``flush``/``join``), so no lock is needed.
 
 Percentiles are nearest-rank on all samples: ``p`` is the smallest sample with at least ``p`` of the
 samples at or below it (1..100 gives p50=50, p99=99, p999=100).
@@ -75,25 +76,21 @@ class Recorder:
         now = clock()
         self._window_start = now
         self._next_report = now + interval_s
-        self._window_records = 0
-        self._window_bytes = 0
-        self._window_latency_ms = 0.0
-        self._window_max_ms = 0.0
+        # The window's counts are differences from these marks: recording a record touches no window state.
+        self._window_first_records = 0
+        self._window_first_bytes = 0
+        self._window_first_sample = 0  # index in latencies_ms of the window's first latency
 
-    def record(self, latency_ms: float, nbytes: int, now: float) -> None:
-        """One record completed ``latency_ms`` after it was sent."""
+    def record(self, latency_ms: float, nbytes: int, now: float, records: int = 1) -> None:
+        """One record completed ``latency_ms`` after it was sent; with sampled latencies (``perf produce``)
+        it stands for ``records`` records (``nbytes`` in all), which the counts and progress lines take."""
         if self.records == 0:
             self.first_at = now
-        self.records += 1
+        self.records += records
         self.bytes += nbytes
         self.last_at = now
         if self.keep_latencies:
             self.latencies_ms.append(latency_ms)
-            self._window_latency_ms += latency_ms
-            if latency_ms > self._window_max_ms:
-                self._window_max_ms = latency_ms
-        self._window_records += 1
-        self._window_bytes += nbytes
         if now >= self._next_report:
             self.report_window(now)
 
@@ -104,33 +101,35 @@ class Recorder:
         self.records += records
         self.bytes += nbytes
         self.last_at = now
-        self._window_records += records
-        self._window_bytes += nbytes
         if now >= self._next_report:
             self.report_window(now)
 
-    def record_error(self, error: BaseException) -> None:
-        self.errors += 1
+    def record_error(self, error: BaseException, records: int = 1) -> None:
+        self.errors += records
         if self.first_error is None:
             self.first_error = error
 
     def report_window(self, now: float) -> None:
-        seconds = now - self._window_start
-        per_sec, mb = rates(self._window_records, self._window_bytes, seconds)
-        line = f"{self._window_records} records {self.verb}, {per_sec:.1f} records/sec ({mb:.2f} MB/sec)"
-        if self.keep_latencies and self._window_records:
-            avg = self._window_latency_ms / self._window_records
-            line += f", {avg:.1f} ms avg latency, {self._window_max_ms:.1f} ms max latency"
+        """Print the line of the window since the last one (its latencies: those recorded since then)."""
+        records = self.records - self._window_first_records
+        per_sec, mb = rates(records, self.bytes - self._window_first_bytes, now - self._window_start)
+        line = f"{records} records {self.verb}, {per_sec:.1f} records/sec ({mb:.2f} MB/sec)"
+        window = self.latencies_ms[self._window_first_sample :]
+        if self.keep_latencies and window:
+            avg = sum(window) / len(window)
+            line += f", {avg:.1f} ms avg latency, {max(window):.1f} ms max latency"
         print(line + ".", file=self.out, flush=True)
         self._window_start = now
         self._next_report = now + self.interval_s
-        self._window_records = self._window_bytes = 0
-        self._window_latency_ms = self._window_max_ms = 0.0
+        self._window_first_records = self.records
+        self._window_first_bytes = self.bytes
+        self._window_first_sample = len(self.latencies_ms)
 
 
-def summary_line(verb: str, records: int, nbytes: int, seconds: float, latency: dict[str, float] | None) -> str:
+def summary_line(verb: str, records: int, nbytes: int, seconds: float, latency: dict[str, float] | None,
+                 latency_sample_every: int = 1) -> str:  # fmt: skip
     """Kafka's final line: ``N records sent, X records/sec (Y MB/sec), A ms avg latency, M ms max latency,
-    P ms 50th, ...``."""
+    P ms 50th, ...``; with sampled latencies it says so: ``... ms 99.9th (latency of every 10th record).``"""
     per_sec, mb = rates(records, nbytes, seconds)
     line = f"{records} records {verb}, {per_sec:.1f} records/sec ({mb:.2f} MB/sec)"
     if latency is not None:
@@ -139,7 +138,15 @@ def summary_line(verb: str, records: int, nbytes: int, seconds: float, latency: 
             f"{latency['p50']:.2f} ms 50th, {latency['p95']:.2f} ms 95th, {latency['p99']:.2f} ms 99th, "
             f"{latency['p999']:.2f} ms 99.9th"
         )
+        if latency_sample_every > 1:
+            line += f" (latency of every {ordinal(latency_sample_every)} record)"
     return line + "."
+
+
+def ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``10th``, ``11th``, ``22nd``."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def result_document(records: int, nbytes: int, seconds: float, latency: dict[str, float] | None,

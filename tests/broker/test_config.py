@@ -12,7 +12,7 @@ from controller.records import Config, ConfigResourceType, MetadataRecord, Topic
 
 def test_kafka_defaults() -> None:
     config = BrokerConfig.from_props({})
-    assert config.heartbeat_interval_ms == 2000
+    assert config.heartbeat_interval_ms == 500  # not Kafka's 2000, on purpose: fencing within ~2 s
     assert config.message_max_bytes == 1048588
     assert config.fetch_max_bytes == 57671680
     assert config.retention_check_interval_ms == 300000

@@ -207,22 +207,25 @@ def test_perf_payload_is_reproducible_letters() -> None:
     assert set(payload) <= set(range(65, 91))
 
 
-def test_completions_measure_each_future() -> None:
+def test_completions_time_each_sampled_run() -> None:
     now = [10.0]
     recorder = Recorder("sent", clock=lambda: now[0])
-    completions = Completions(recorder, 100, expected=2)
+    completions = Completions(recorder, 100, expected=12, run_records=10)
     ok: Future[RecordMetadata] = Future()
     bad: Future[RecordMetadata] = Future()
-    ok.add_done_callback(lambda f: completions.done(9.99, f))
-    bad.add_done_callback(lambda f: completions.done(9.0, f))
+    completions.timed(ok, 9.99, 10)  # the first record of a run of 10
+    completions.timed(bad, 9.0, 2)  # the first of the last run, of 2
     ok.set_result(RecordMetadata("t", 0, 0, 0))
     assert list(recorder.latencies_ms) == [pytest.approx(10.0)]
+    assert (recorder.records, recorder.bytes) == (10, 1000)
     assert not completions.all_done.is_set()
     error = RuntimeError("boom")
     bad.set_exception(error)
-    assert recorder.errors == 1
+    assert recorder.errors == 2
     assert recorder.first_error is error
     assert completions.all_done.wait(0)
+    assert not completions.sent_at
+    assert not completions.short_runs
 
 
 def test_e2e_payload_carries_run_sequence_and_time() -> None:

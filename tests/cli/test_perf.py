@@ -56,6 +56,7 @@ def test_perf_produce_then_consume(env: dict[str, str]) -> None:
     latency = produced["latency_ms"]
     assert 0 <= latency["p50"] <= latency["p95"] <= latency["p99"] <= latency["p999"] <= latency["max"]
     assert produced["mb_per_sec"] == pytest.approx(produced["records_per_sec"] * 100 / 2**20, rel=1e-3)
+    assert (produced["latency_sample_every"], produced["latency_samples"]) == (1, 3000)  # few records: all timed
 
     consumed = last_json(["consume", "--topic", "perf", "--num-records", "3000"], env)
     assert consumed["records"] == 3000
@@ -67,6 +68,18 @@ def test_perf_produce_throttled(env: dict[str, str]) -> None:
                      "--throughput", "200"], env)  # fmt: skip
     assert doc["records"] == 300
     assert doc["records_per_sec"] <= 230  # 300 records at 200/s take at least 1.5 s
+
+
+def test_perf_produce_samples_latencies_and_counts_every_record(env: dict[str, str]) -> None:
+    result = odradek(["perf", "produce", "--topic", "perf", "--num-records", "2000", "--record-size", "50",
+                      "--acks", "1", "--latency-sample-every", "7", "--json"], env)  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    summary, line = result.stdout.decode().splitlines()
+    doc: dict[str, Any] = json.loads(line)
+    assert (doc["records"], doc["errors"]) == (2000, 0)
+    assert (doc["latency_sample_every"], doc["latency_samples"]) == (7, 286)  # records 1, 8, 15, ..., 1996
+    assert summary.startswith("2000 records sent, ")
+    assert summary.endswith(" ms 99.9th (latency of every 7th record).")
 
 
 def test_perf_e2e(env: dict[str, str]) -> None:

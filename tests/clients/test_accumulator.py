@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ def leader_of(tp: TopicPartition) -> int:
 
 
 def make(clock: ManualClock, **overrides: int) -> RecordAccumulator:
-    settings = {
+    settings: dict[str, Any] = {
         "batch_size": 1000,
         "linger_ms": 5,
         "buffer_memory": 100_000,
@@ -97,6 +98,33 @@ def test_flush_makes_everything_ready() -> None:
     assert acc.ready(leader_of, clock.monotonic_ms()).nodes == set()
 
 
+def test_with_a_request_in_flight_a_partial_batch_waits_for_the_answer() -> None:
+    """Fewer, fuller requests: with 5 requests allowed in flight, a partition that has one out sends its
+    open batch only once it is full, or at a flush, or after the answer (then linger applies again)."""
+    clock = ManualClock()
+    acc = make(clock, linger_ms=0, max_in_flight_per_partition=5)
+    append(acc)
+    assert [b.record_count for b in acc.drain(leader_of, {1}, 1 << 20, clock.monotonic_ms())[1]] == [1]
+    append(acc)  # linger 0, but a request of T0 is in flight
+    clock.advance(50)
+    check = acc.ready(leader_of, clock.monotonic_ms())
+    assert check.nodes == set()
+    assert check.next_check_ms == float("inf")  # nothing to time: the answer wakes the sender
+    assert acc.drain(leader_of, {1}, 1 << 20, clock.monotonic_ms()) == {}
+    acc.begin_flush()
+    assert acc.ready(leader_of, clock.monotonic_ms()).nodes == {1}
+    acc.end_flush()
+    while len(acc.queued_batches(T0)) == 1:
+        append(acc)  # until the batch is full (1000 bytes): then it goes out beside the one in flight
+    drained = acc.drain(leader_of, {1}, 1 << 20, clock.monotonic_ms())[1]
+    assert drained[0].closed
+    assert acc.in_flight(T0) == 2
+    acc.unmute(T0)
+    acc.unmute(T0)
+    append(acc)
+    assert acc.ready(leader_of, clock.monotonic_ms()).nodes == {1}  # nothing in flight: linger 0 sends at once
+
+
 def test_unknown_leader_is_reported() -> None:
     clock = ManualClock()
     acc = make(clock, linger_ms=0)
@@ -129,7 +157,13 @@ def test_drain_takes_several_batches_of_a_partition_in_order_up_to_the_request_s
     drained = acc.drain(leader_of, {1}, 3000, clock.monotonic_ms())[1]
     assert 1 < len(drained) < len(acc.queued_batches(T0)) + len(drained)
     assert sum(b.size_bytes() for b in drained) <= 3000
-    assert [f for b in drained for f in b.futures] == futures[: sum(b.record_count for b in drained)]
+    taken = sum(b.record_count for b in drained)
+    offset = 0
+    for batch in drained:  # the drained batches hold the first records, in order
+        batch.complete(offset)
+        offset += batch.record_count
+    assert [f.result(0).offset for f in futures[:taken]] == list(range(taken))
+    assert not any(f.done() for f in futures[taken:])
 
 
 def test_drain_always_takes_one_batch_even_if_larger_than_the_request_size() -> None:
@@ -327,6 +361,91 @@ def test_record_futures_cannot_be_cancelled_and_complete_once() -> None:
     batch.complete(0)
     batch.fail(RuntimeError("late"))
     assert futures[0].result(0).offset == 0
+
+
+def test_callbacks_run_in_send_order_whatever_order_they_were_added_in() -> None:
+    batch, futures = _batch_of_futures(4)
+    calls: list[tuple[str, int]] = []
+
+    def note(tag: str) -> Callable[[concurrent.futures.Future[RecordMetadata]], None]:
+        return lambda f: calls.append((tag, f.result(0).offset))
+
+    def broken(f: concurrent.futures.Future[RecordMetadata]) -> None:
+        raise RuntimeError("a broken callback")
+
+    futures[3].add_done_callback(note("a"))
+    futures[1].add_done_callback(broken)  # logged; the other callbacks still run
+    futures[1].add_done_callback(note("b"))
+    futures[0].add_done_callback(note("c"))
+    futures[3].add_done_callback(note("d"))
+    batch.complete(100)
+    assert calls == [("c", 100), ("b", 101), ("a", 103), ("d", 103)]
+
+
+def test_a_batch_is_settled_once_its_callbacks_have_run() -> None:
+    """Futures are done before their callbacks run (concurrent.futures); waiting for the batch (what flush
+    does) also waits for the callbacks, as Kafka's flush does."""
+    batch, futures = _batch_of_futures(2)
+    entered, release = threading.Event(), threading.Event()
+    ran: list[int] = []
+
+    def slow(f: concurrent.futures.Future[RecordMetadata]) -> None:
+        entered.set()
+        release.wait(5)
+        ran.append(f.result(0).offset)
+
+    futures[1].add_done_callback(slow)
+    completing = threading.Thread(target=batch.complete, args=(0,))
+    completing.start()
+    assert entered.wait(5)
+    assert futures[0].done()
+    assert futures[1].done()
+    assert batch.wait(0.01) is False  # the callback is still running
+    release.set()
+    assert batch.wait(5) is True
+    assert ran == [1]
+    completing.join(5)
+
+
+def test_only_the_producer_completes_a_record_future() -> None:
+    batch, futures = _batch_of_futures(1)
+    for attempt in (
+        lambda: futures[0].set_result(RecordMetadata("t", 0, 5, 5)),
+        lambda: futures[0].set_exception(RuntimeError("no")),
+        futures[0].set_running_or_notify_cancel,
+    ):
+        with pytest.raises(concurrent.futures.InvalidStateError):
+            attempt()
+    assert not futures[0].done()
+    batch.complete(3)
+    assert futures[0].result(0) == RecordMetadata("t", 0, 3, 1)
+    assert "state=finished returned RecordMetadata" in repr(futures[0])
+
+
+def test_as_completed_yields_futures_completed_by_another_thread() -> None:
+    first, mine = _batch_of_futures(2)
+    second, theirs = _batch_of_futures(1)
+    first.complete(0)  # done before as_completed starts, the others after
+    threading.Timer(0.02, second.fail, args=(KafkaTimeoutError("expired"),)).start()
+    seen = []
+    for future in concurrent.futures.as_completed([*mine, *theirs], timeout=5):
+        seen.append(future)
+    assert set(seen) == {*mine, *theirs}
+    assert isinstance(theirs[0].exception(0), KafkaTimeoutError)
+
+
+def test_an_idempotent_batch_is_built_once_with_its_producer_fields() -> None:
+    batch = ProducerBatch(T0, 0, 0.0, 0)
+    batch.append(7, None, b"a", ())
+    batch.append(8, None, b"b", ())
+    batch.producer_id, batch.producer_epoch, batch.base_sequence = 42, 3, 10
+    header, records = read_batch(batch.build())  # read_batch checks the CRC
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (42, 3, 10)
+    assert [r.value for r in records] == [b"a", b"b"]
+    assert batch.record_count == 2
+    batch.producer_epoch, batch.base_sequence = 4, 0  # an epoch bump: the same records, restamped
+    header, _ = read_batch(batch.build())
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (42, 4, 0)
 
 
 def test_waiting_on_one_future_is_not_woken_by_another_batch() -> None:

@@ -1,5 +1,5 @@
-"""The sender's retry timing (odradek/sender.py): a P5 refusal (odradek/idempotence.py: two in-flight
-requests of a partition handled in the other order) is resent without ``retry.backoff.ms``; every other
+"""The sender's retry timing (odradek/sender.py): a P5 refusal (odradek/idempotence.py: an earlier in-flight
+batch of the partition was not written in time) is resent without ``retry.backoff.ms``; every other
 retriable error, and a refusal of a batch sent at the head of its partition, still waits the backoff."""
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def test_broker_configs_are_the_synonyms_and_the_cluster_keys() -> None:
 def test_controller_config_defaults_are_kafkas() -> None:
     config = ControllerConfig.from_props({})
     assert config == ControllerConfig()
-    assert (config.broker_session_timeout_ms, config.num_partitions, config.default_replication_factor) == (9000, 1, 1)
+    assert (config.broker_session_timeout_ms, config.num_partitions, config.default_replication_factor) == (2000, 1, 1)
     assert config.auto_leader_rebalance_enable
     assert not config.unclean_leader_election_enable
     assert config.leader_imbalance_check_interval_seconds == 300

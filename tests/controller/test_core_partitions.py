@@ -233,7 +233,8 @@ def test_auto_rebalance_interval_is_configurable_and_can_be_disabled() -> None:
     _imbalanced(fast)
     fast.tick(501)
     assert fast.partition("t").leader == 0
-    off = make_harness({"leader.imbalance.check.interval.seconds": "0.5", "auto.leader.rebalance.enable": "false"})
+    off = make_harness({"leader.imbalance.check.interval.seconds": "0.5", "auto.leader.rebalance.enable": "false",
+                        "broker.session.timeout.ms": "60000"})  # no heartbeats here: nobody is fenced in 5 s
     off.start_brokers([0, 1, 2])
     off.create_topic("t", partitions=-1, rf=-1, assignments=[[0, 1, 2]])
     _imbalanced(off)

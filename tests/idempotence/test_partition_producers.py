@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from controller.launcher import wait_until
+from log.append import AppendInfo
 from log.clock import ManualClock
 from log.config import LogConfig
 from log.log import Log
 from log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
 from log.producer_state_file import list_snapshots
 from log.record import build_batch
-from replication import partition as partition_module
-from replication.partition import Partition
+from replication.partition import NotLeaderOrFollowerError, Partition
 
 START_MS = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=1024)
@@ -75,7 +75,7 @@ def test_a_duplicate_is_answered_with_its_original_offsets_and_not_appended(tmp_
 
 def test_sequence_errors_write_nothing(tmp_path: Path) -> None:
     clock = ManualClock(START_MS)
-    p = leader(tmp_path / "l", clock)
+    p = leader(tmp_path / "l", clock, sequence_wait_ms=0)  # batches ahead of their turn are refused at once
     p.append_as_leader(batch(7, 2, 0), acks=1)
     for bad, error in (
         (batch(7, 2, 5), OutOfOrderSequenceError),
@@ -90,27 +90,89 @@ def test_sequence_errors_write_nothing(tmp_path: Path) -> None:
     p.close()
 
 
-def test_a_batch_ahead_of_its_turn_waits_for_the_batches_before_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """GAP_WAITS: requests of one producer reach the leader on different gRPC threads in any order; a batch
-    whose sequence is ahead waits (bounded) until the earlier batch is appended, then goes in after it."""
-    monkeypatch.setattr(partition_module, "GAP_WAIT_S", 30.0)  # long enough on a loaded machine
+def test_a_batch_ahead_of_its_turn_is_held_until_the_batches_before_it_are_written(tmp_path: Path) -> None:
+    """S8 and sequence order: requests of one producer may reach the leader on different gRPC threads in the
+    other order; a batch that is only ahead is held (the lock released) and goes in right after the batches
+    before it, in sequence order."""
     clock = ManualClock(START_MS)
-    p = leader(tmp_path / "l", clock)
+    p = leader(tmp_path / "l", clock, sequence_wait_ms=60_000)
     p.append_as_leader(batch(7, 0, 0, 2), acks=1)
-    result: list[object] = []
-    early = threading.Thread(target=lambda: result.append(p.append_as_leader(batch(7, 0, 4, 1), acks=1)))
+    results: list[AppendInfo] = []
+    early = threading.Thread(target=lambda: results.append(p.append_as_leader(batch(7, 0, 4, 1), acks=1)))
     early.start()
-    wait_until(lambda: _waiting(early), 10.0, "the early batch to wait")
-    p.append_as_leader(batch(7, 0, 2, 2), acks=1)  # the batch before it arrives
+    wait_until(lambda: _waiting(early), 10.0, "the early batch to be held")
+    assert p.append_as_leader(batch(9, 0, 0, 1), acks=1).first_offset == 2  # others go on meanwhile
+    assert p.append_as_leader(batch(7, 0, 2, 2), acks=1).first_offset == 3  # the batches before it arrive
     early.join(10.0)
-    assert [(r.first_offset, r.last_offset) for r in result] == [(4, 4)]  # type: ignore[attr-defined]
-    monkeypatch.setattr(partition_module, "GAP_WAIT_S", 0.02)
-    with pytest.raises(OutOfOrderSequenceError):  # a gap nobody fills still fails, after the bounded wait
-        p.append_as_leader(batch(7, 0, 9, 1), acks=1)
-    assert p.log_end_offset == 5
+    assert [(r.first_offset, r.last_offset) for r in results] == [(5, 5)]
+    assert p.log_end_offset == 6
     p.close()
+
+
+def test_a_new_producer_and_a_new_epoch_hold_batches_until_sequence_0(tmp_path: Path) -> None:
+    """S8: without state, or in a new epoch, a batch after sequence 0 is ahead too."""
+    clock = ManualClock(START_MS)
+    p = leader(tmp_path / "l", clock, sequence_wait_ms=60_000)
+    p.append_as_leader(batch(7, 0, 0, 1), acks=1)
+    for early_batch, first_batch in ((batch(8, 0, 2), batch(8, 0, 0, 2)), (batch(7, 1, 1), batch(7, 1, 0))):
+        results: list[AppendInfo] = []
+        early = _hold(p, early_batch, results)
+        end = p.append_as_leader(first_batch, acks=1).last_offset
+        early.join(10.0)
+        assert [r.first_offset for r in results] == [end + 1]
+    p.close()
+
+
+def _hold(p: Partition, records: bytes, results: list[AppendInfo]) -> threading.Thread:
+    """Append ``records`` on a thread, once it is held (S8)."""
+    early = threading.Thread(target=lambda: results.append(p.append_as_leader(records, acks=1)))
+    early.start()
+    wait_until(lambda: _waiting(early), 10.0, "the early batch to be held")
+    return early
+
+
+def test_a_held_batch_is_refused_once_the_partition_clock_passes_the_wait(tmp_path: Path) -> None:
+    """The hold is bounded by the partition's clock: a gap nobody fills is OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    clock = ManualClock(START_MS)
+    p = leader(tmp_path / "l", clock, sequence_wait_ms=500)
+    p.append_as_leader(batch(7, 0, 0, 2), acks=1)
+    errors: list[BaseException] = []
+    early = threading.Thread(target=lambda: _append_catching(p, batch(7, 0, 4, 1), errors))
+    early.start()
+    wait_until(lambda: _waiting(early), 10.0, "the early batch to be held")
+    clock.advance(499)
+    p.append_as_leader(batch(9, 0, 0, 1), acks=1)  # wakes it: still within the wait, it is held again
+    wait_until(lambda: _waiting(early), 10.0, "the early batch to be held again")
+    assert early.is_alive()
+    assert not errors
+    clock.advance(1)
+    early.join(10.0)
+    assert not early.is_alive()
+    assert [type(e) for e in errors] == [OutOfOrderSequenceError]
+    assert p.log_end_offset == 3
+    p.close()
+
+
+def test_a_held_batch_fails_at_once_when_the_leader_steps_down(tmp_path: Path) -> None:
+    clock = ManualClock(START_MS)
+    p = leader(tmp_path / "l", clock, sequence_wait_ms=60_000)
+    p.append_as_leader(batch(7, 0, 0, 1), acks=1)
+    errors: list[BaseException] = []
+    early = threading.Thread(target=lambda: _append_catching(p, batch(7, 0, 3, 1), errors))
+    early.start()
+    wait_until(lambda: _waiting(early), 10.0, "the early batch to be held")
+    assert p.make_follower(Reg((0, 1), (0, 1), 1, leader_epoch=2, partition_epoch=2))
+    early.join(10.0)
+    assert [type(e) for e in errors] == [NotLeaderOrFollowerError]
+    assert p.log_end_offset == 1
+    p.close()
+
+
+def _append_catching(p: Partition, records: bytes, errors: list[BaseException]) -> None:
+    try:
+        p.append_as_leader(records, acks=1)
+    except Exception as exc:
+        errors.append(exc)
 
 
 def _waiting(thread: threading.Thread) -> bool:
@@ -177,7 +239,13 @@ def test_truncation_rebuilds_the_state(tmp_path: Path) -> None:
 
 def test_producers_expire_after_producer_id_expiration_ms(tmp_path: Path) -> None:
     clock = ManualClock(START_MS)
-    p = leader(tmp_path / "l", clock, producer_id_expiration_ms=60_000, producer_id_expiration_check_interval_ms=1000)
+    p = leader(
+        tmp_path / "l",
+        clock,
+        producer_id_expiration_ms=60_000,
+        producer_id_expiration_check_interval_ms=1000,
+        sequence_wait_ms=0,  # UNKNOWN_PRODUCER_ID at once (S8 would hold a batch after sequence 0 first)
+    )
     p.append_as_leader(batch(7, 0, 0, ts=START_MS), acks=1)
     clock.advance(30_000)
     p.append_as_leader(batch(8, 0, 0, ts=START_MS + 30_000), acks=1)

@@ -1,4 +1,4 @@
-"""Idempotent producers' state (log/producer_state.py rules S1-S7) and its snapshot files
+"""Idempotent producers' state (log/producer_state.py rules S1-S8) and its snapshot files
 (log/producer_state_file.py): codec, snapshot at roll, recovery by snapshot + tail replay, truncation."""
 
 from __future__ import annotations
@@ -162,6 +162,40 @@ def test_s7_a_hostile_batch_does_not_touch_other_producers() -> None:
         with pytest.raises((OutOfOrderSequenceError, InvalidProducerEpochError, UnknownProducerIdError)):
             state.check_append([bad])
     assert state.entries == before
+
+
+def _refusal(
+    state: ProducerStateManager, headers: list[BatchHeader]
+) -> OutOfOrderSequenceError | UnknownProducerIdError:
+    with pytest.raises((OutOfOrderSequenceError, UnknownProducerIdError)) as caught:
+        state.check_append(headers)
+    assert isinstance(caught.value, OutOfOrderSequenceError | UnknownProducerIdError)
+    return caught.value
+
+
+def test_s8_a_refusal_says_whether_the_batch_is_only_ahead_of_its_turn() -> None:
+    state = ProducerStateManager()
+    written(state, header(7, 2, 0, 5))
+    state.update(header(9, 0, 2**31 - 1), 10)
+    ahead = [
+        [header(7, 2, 6)],  # the batch of sequence 5 is missing
+        [header(7, 2, 5 + 2**30 - 1)],  # far ahead, still ahead
+        [header(7, 3, 4)],  # a new epoch, before its sequence 0
+        [header(8, 0, 3)],  # a new producer, before its sequence 0
+        [header(9, 0, 1)],  # after the wrap, sequence 0 is missing
+        [header(8, 0, 0), header(7, 2, 6)],  # the producer's first batch in the append
+    ]
+    final = [
+        [header(7, 2, 3, 4)],  # overlaps the written batches: never acceptable
+        [header(7, 2, 5 + 2**30)],  # behind (more than half the sequence space ahead)
+        [header(7, 2, 5), header(7, 2, 7)],  # a gap inside the append
+        [header(7, 2, 4), header(7, 2, 5)],  # written in part (S5)
+        [header(7, 2, 4), header(7, 2, 6)],  # a duplicate, then a gap: not the producer's first batch
+    ]
+    for headers in ahead:
+        assert _refusal(state, headers).ahead, headers
+    for headers in final:
+        assert not _refusal(state, headers).ahead, headers
 
 
 def test_expiration_by_the_last_batch_timestamp() -> None:

@@ -1,0 +1,74 @@
+"""Request order (odradek/sender.py): the sender thread starts each Produce call itself, so one broker's
+requests leave in the order they were drained -- with idempotence, a partition's sequences in order, the
+order its leader appends them in (log.producer_state S8 holds a batch that overtakes another on the broker)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from controller.launcher import wait_until
+from log.record import parse_header
+from odradek import Producer, TopicPartition
+from odradek.errors import NetworkError
+from odradek.net import ClusterClient
+from tests.clients.fake_broker import FakeCluster
+
+
+def test_produce_calls_start_on_the_sender_thread_in_sequence_order(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[tuple[str, list[int]]] = []  # (thread name, base sequences of the request)
+    real_start = ClusterClient.start_ordered
+
+    def recording_start(self: ClusterClient, stub_method: Any, request: Any, timeout_s: float) -> Any:
+        sequences = [parse_header(p.records).base_sequence for t in request.topics for p in t.partitions]
+        started.append((threading.current_thread().name, sequences))
+        return real_start(self, stub_method, request, timeout_s)
+
+    monkeypatch.setattr(ClusterClient, "start_ordered", recording_start)
+    cluster.create_topic("t")
+    config = {"bootstrap.servers": cluster.bootstrap, "linger.ms": 0, "batch.size": 100, "client.id": "ordered"}
+    with Producer(config) as p:
+        p.send("t", b"warm").result(10)
+        cluster.produce_gate.clear()  # answers held: the next requests pile up in flight
+        futures = []
+        for i in range(5):
+            futures.append(p.send("t", b"r%d" % i + b"x" * 60))
+            wait_until(lambda: cluster.produce_active > i, 5, f"{i + 1} requests in flight")  # noqa: B023
+        cluster.produce_gate.set()
+        assert [f.result(10).offset for f in futures] == [1, 2, 3, 4, 5]
+    assert {name for name, _ in started} == {"odradek-producer-sender-ordered"}
+    # The fake broker's handlers race for its lock and refuse a batch that overtook another (no S8 hold
+    # there): such a P5 resend comes after the first six.
+    assert [sequences for _, sequences in started][:6] == [[0], [1], [2], [3], [4], [5]]
+
+
+@pytest.mark.parametrize("acks", ["all", "0"])
+def test_a_call_that_cannot_start_is_retried_or_fails_its_records(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, acks: str
+) -> None:
+    """A call refused before it leaves (a closed channel, ...) counts as a lost connection: retried, or with
+    acks=0 (nothing is retried) its records fail; no future is left hanging."""
+    real_start = ClusterClient.start_ordered
+    starts: list[int] = []
+
+    def failing_first(self: ClusterClient, stub_method: Any, request: Any, timeout_s: float) -> Any:
+        starts.append(1)
+        if len(starts) == 1:
+            raise ValueError("Cannot invoke RPC on closed channel!")
+        return real_start(self, stub_method, request, timeout_s)
+
+    monkeypatch.setattr(ClusterClient, "start_ordered", failing_first)
+    cluster.create_topic("t")
+    config = {"bootstrap.servers": cluster.bootstrap, "linger.ms": 0, "retry.backoff.ms": 10, "acks": acks}
+    with Producer(config) as p:
+        future = p.send("t", b"a")
+        if acks == "0":
+            with pytest.raises(NetworkError, match="closed channel"):
+                future.result(10)
+        else:
+            assert future.result(10).offset == 0
+    assert [r.value for r in cluster.records(TopicPartition("t", 0))] == ([] if acks == "0" else [b"a"])
