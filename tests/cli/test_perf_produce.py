@@ -8,12 +8,13 @@ import math
 
 import pytest
 
-from odradek.accumulator import RecordAccumulator, RecordFuture, record_size_upper_bound
+from odradek.accumulator import RecordAccumulator, record_size_upper_bound
 from odradek.clock import ManualClock
 from odradek.errors import KafkaTimeoutError
 from odradek.perf import produce as produce_module
 from odradek.perf.produce import LATENCY_SAMPLES, ProduceResult, ProduceRun, default_sample_every, produce
 from odradek.perf.stats import Recorder, ordinal, summary_line
+from odradek.record_future import RecordFuture
 from odradek.types import TopicPartition
 
 T0 = TopicPartition("perf", 0)

@@ -131,15 +131,21 @@ def _hold(p: Partition, records: bytes, results: list[AppendInfo]) -> threading.
     return early
 
 
+def _hold_catching(p: Partition, records: bytes, errors: list[BaseException]) -> threading.Thread:
+    """As :func:`_hold`, noting the append's error in ``errors``."""
+    early = threading.Thread(target=lambda: _append_catching(p, records, errors))
+    early.start()
+    wait_until(lambda: _waiting(early), 10.0, "the early batch to be held")
+    return early
+
+
 def test_a_held_batch_is_refused_once_the_partition_clock_passes_the_wait(tmp_path: Path) -> None:
     """The hold is bounded by the partition's clock: a gap nobody fills is OUT_OF_ORDER_SEQUENCE_NUMBER."""
     clock = ManualClock(START_MS)
     p = leader(tmp_path / "l", clock, sequence_wait_ms=500)
     p.append_as_leader(batch(7, 0, 0, 2), acks=1)
     errors: list[BaseException] = []
-    early = threading.Thread(target=lambda: _append_catching(p, batch(7, 0, 4, 1), errors))
-    early.start()
-    wait_until(lambda: _waiting(early), 10.0, "the early batch to be held")
+    early = _hold_catching(p, batch(7, 0, 4, 1), errors)
     clock.advance(499)
     p.append_as_leader(batch(9, 0, 0, 1), acks=1)  # wakes it: still within the wait, it is held again
     wait_until(lambda: _waiting(early), 10.0, "the early batch to be held again")
@@ -158,9 +164,7 @@ def test_a_held_batch_fails_at_once_when_the_leader_steps_down(tmp_path: Path) -
     p = leader(tmp_path / "l", clock, sequence_wait_ms=60_000)
     p.append_as_leader(batch(7, 0, 0, 1), acks=1)
     errors: list[BaseException] = []
-    early = threading.Thread(target=lambda: _append_catching(p, batch(7, 0, 3, 1), errors))
-    early.start()
-    wait_until(lambda: _waiting(early), 10.0, "the early batch to be held")
+    early = _hold_catching(p, batch(7, 0, 3, 1), errors)
     assert p.make_follower(Reg((0, 1), (0, 1), 1, leader_epoch=2, partition_epoch=2))
     early.join(10.0)
     assert [type(e) for e in errors] == [NotLeaderOrFollowerError]
