@@ -94,6 +94,24 @@ class PreparedAppend:
         )
 
 
+def segment_chunks(batches: list[PreparedBatch], segment_bytes: int) -> list[list[PreparedBatch]]:
+    """``batches`` in order, cut into runs of at most ``segment_bytes`` each (one run when they fit): an append
+    larger than a segment is written across segments, rolling between batches. RecordTooLargeError when one
+    batch alone is larger than ``segment_bytes`` (Kafka's RecordBatchTooLarge: no segment can hold it)."""
+    chunks: list[list[PreparedBatch]] = [[]]
+    used = 0
+    for batch in batches:
+        size = batch.header.size_bytes
+        if size > segment_bytes:
+            raise RecordTooLargeError(f"a batch of {size} bytes exceeds segment.bytes={segment_bytes}")
+        if chunks[-1] and used + size > segment_bytes:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(batch)
+        used += size
+    return chunks
+
+
 def split_batches(buf: memoryview) -> list[tuple[int, BatchHeader]]:
     """Validate every batch of ``buf`` and return ``(position, header)`` for each; raise on any problem."""
     n = len(buf)

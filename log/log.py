@@ -40,15 +40,17 @@ from pathlib import Path
 from log.append import (
     AppendInfo,
     PreparedAppend,
+    PreparedBatch,
     as_bytes_view,
     prepare_follower_append,
     prepare_leader_append,
+    segment_chunks,
 )
 from log.checkpoint import fsync_dir, remove_marker, write_checkpoint, write_marker
 from log.cleaner.keys import require_keys
 from log.clock import Clock
 from log.config import LogConfig
-from log.errors import OffsetOutOfRangeError, RecordTooLargeError, StorageError
+from log.errors import OffsetOutOfRangeError, StorageError
 from log.logdir import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, load_segments, prepare_directory, read_offsets
 from log.policy import MAX_RELATIVE_OFFSET, SegmentInfo, flush_due, retention_count, roll_reason
 from log.record.header import BASE_OFFSET
@@ -213,7 +215,8 @@ class Log:
         """Leader append of one or more concatenated producer batches; assigns their offsets.
 
         Raises CorruptRecordError / InvalidRecordError for a bad batch and RecordTooLargeError for a
-        batch above ``max.message.bytes`` (or an append above ``segment.bytes``); nothing is written then.
+        batch above ``max.message.bytes`` or ``segment.bytes``; nothing is written then. Batches that are
+        together larger than ``segment.bytes`` go into successive segments (a roll between batches).
         """
         with self._lock:
             self._ensure_open()
@@ -242,32 +245,33 @@ class Log:
             return self._append(prepared, self._clock.time_ms())
 
     def _append(self, prepared: PreparedAppend, now: int) -> AppendInfo:
-        if prepared.size_bytes > self._config.segment_bytes:
-            raise RecordTooLargeError(
-                f"append of {prepared.size_bytes} bytes exceeds segment.bytes={self._config.segment_bytes}"
-            )
+        chunks = segment_chunks(prepared.batches, self._config.segment_bytes)  # refuses a batch > segment.bytes
         assert prepared.first_offset >= self._log_end_offset, "offsets never go back"
-        segment = self._maybe_roll(prepared, now)
-        segment.append(prepared.batches, now)
-        self._log_end_offset = prepared.next_offset
+        for batches in chunks:
+            segment = self._maybe_roll(batches, now)
+            segment.append(batches, now)
+            self._log_end_offset = batches[-1].header.last_offset + 1
         self._check_invariants()
         if flush_due(self._config, self._log_end_offset - self._recovery_point, now, self._last_flush_ms):
             self.flush()
         return prepared.info(self._log_start_offset)
 
-    def _maybe_roll(self, prepared: PreparedAppend, now: int) -> Segment:
+    def _maybe_roll(self, batches: list[PreparedBatch], now: int) -> Segment:
+        """The segment ``batches`` (consecutive, together at most ``segment.bytes``) go into."""
         active = self._segments[-1]
-        reason = roll_reason(self._config, active.info(), now, prepared.size_bytes, prepared.last_offset)
-        if reason is None and prepared.last_offset - active.base_offset <= MAX_RELATIVE_OFFSET:
+        first, last = batches[0].header.base_offset, batches[-1].header.last_offset
+        size = sum(b.header.size_bytes for b in batches)
+        reason = roll_reason(self._config, active.info(), now, size, last)
+        if reason is None and last - active.base_offset <= MAX_RELATIVE_OFFSET:
             return active
         logger.debug(
             "%s: rolling segment %d at offset %d: %s",
             self._dir,
             active.base_offset,
-            prepared.first_offset,
+            first,
             reason or "offsets too far past an empty segment",
         )
-        return self._roll(prepared.first_offset, now)
+        return self._roll(first, now)
 
     # ------------------------------------------------------------------------------------ roll
 

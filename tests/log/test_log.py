@@ -127,11 +127,28 @@ def test_a_batch_above_max_message_bytes_is_refused(open_log: OpenLog) -> None:
     assert log.log_end_offset == 1
 
 
-def test_an_append_above_segment_bytes_is_refused(open_log: OpenLog) -> None:
+def test_a_batch_above_segment_bytes_is_refused(open_log: OpenLog) -> None:
     log = open_log(small_config(segment_bytes=1000, max_message_bytes=10_000))
     with pytest.raises(RecordTooLargeError, match="segment.bytes"):
-        log.append(batch_of_size(600) + batch_of_size(600))
+        log.append(batch_of_size(600) + batch_of_size(1001))
     assert log.size_bytes == 0
+
+
+def test_an_append_above_segment_bytes_goes_into_successive_segments(open_log: OpenLog) -> None:
+    """Several batches larger together than a segment (a producer packs a partition's batches in one request, a
+    follower gets many in one fetch): a roll between batches, never inside one."""
+    log = open_log(small_config(segment_bytes=1000, max_message_bytes=10_000))
+    log.append(batch_of_size(300))
+    info = log.append(batch_of_size(600) + batch_of_size(600) + batch_of_size(300))
+    assert (info.first_offset, info.last_offset, info.record_count) == (1, 3, 3)
+    assert [s.base_offset for s in log.segments] == [0, 2]  # 300 + 600 | 600 + 300
+    assert [s.size_bytes for s in log.segments] == [900, 900]
+    follower = open_log(small_config(segment_bytes=1000, max_message_bytes=10_000), path=log.dir.parent / "f")
+    fetched = bytes(log.read(0, 10_000).records) + bytes(log.read(2, 10_000).records)  # a read stops at a segment end
+    assert len(fetched) == 1800
+    follower.append_as_follower(fetched)
+    assert [s.base_offset for s in follower.segments] == [0, 2]
+    assert follower.log_end_offset == 4
 
 
 def test_leader_append_needs_dense_batches(open_log: OpenLog) -> None:

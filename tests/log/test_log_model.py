@@ -131,11 +131,12 @@ class LogMachine(RuleBasedStateMachine):
             for records, length in sizes
         ]
         data = b"".join(producer)
-        if len(data) > self.config.segment_bytes:
+        if max(len(batch) for batch in producer) > self.config.segment_bytes:  # no segment can hold that batch
             with pytest.raises(RecordTooLargeError, match="segment.bytes"):
                 self.the_log.append(data, leader_epoch=epoch)
             return
-        info = self.the_log.append(data, leader_epoch=epoch)
+        info = self.the_log.append(data, leader_epoch=epoch)  # larger than a segment together: rolls between
+        assert all(segment.size_bytes <= self.config.segment_bytes for segment in self.the_log.segments)
         assert info.first_offset == self.end
         for batch in producer:
             stored = as_stored(batch, self.end, epoch)
