@@ -103,7 +103,10 @@ def segment_chunks(batches: list[PreparedBatch], segment_bytes: int) -> list[lis
     for batch in batches:
         size = batch.header.size_bytes
         if size > segment_bytes:
-            raise RecordTooLargeError(f"a batch of {size} bytes exceeds segment.bytes={segment_bytes}")
+            raise RecordTooLargeError(
+                f"a batch of {size} bytes exceeds segment.bytes={segment_bytes}: no segment can hold it "
+                f"(the producer's batch.size must be smaller than the topic's segment.bytes)"
+            )
         if chunks[-1] and used + size > segment_bytes:
             chunks.append([])
             used = 0
