@@ -98,9 +98,7 @@ def test_a_batch_ahead_of_its_turn_is_held_until_the_batches_before_it_are_writt
     p = leader(tmp_path / "l", clock, sequence_wait_ms=60_000)
     p.append_as_leader(batch(7, 0, 0, 2), acks=1)
     results: list[AppendInfo] = []
-    early = threading.Thread(target=lambda: results.append(p.append_as_leader(batch(7, 0, 4, 1), acks=1)))
-    early.start()
-    wait_until(lambda: _waiting(early), 10.0, "the early batch to be held")
+    early = _hold(p, batch(7, 0, 4, 1), results)
     assert p.append_as_leader(batch(9, 0, 0, 1), acks=1).first_offset == 2  # others go on meanwhile
     assert p.append_as_leader(batch(7, 0, 2, 2), acks=1).first_offset == 3  # the batches before it arrive
     early.join(10.0)
