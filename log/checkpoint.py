@@ -36,7 +36,7 @@ def write_checkpoint(path: Path, entries: Mapping[str, int]) -> None:
         if "\n" in key or not key:
             raise ValueError(f"checkpoint key {key!r} must be non-empty and on one line")
         lines.append(f"{key} {int(offset)}")
-    _write_atomically(path, ("\n".join(lines) + "\n").encode())
+    write_atomically(path, ("\n".join(lines) + "\n").encode())
 
 
 def read_checkpoint(path: Path) -> dict[str, int] | None:
@@ -79,7 +79,7 @@ def parse_checkpoint(text: str, name: str = "checkpoint") -> dict[str, int]:
 
 def write_marker(path: Path) -> None:
     """Create an empty marker file durably (the clean-shutdown marker)."""
-    _write_atomically(path, b"")
+    write_atomically(path, b"")
 
 
 def remove_marker(path: Path) -> bool:
@@ -101,7 +101,9 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` durably: a fsynced temporary file renamed over it, then the directory
+    fsynced; StorageError (and no temporary file left) on failure."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -28,15 +28,13 @@ next older one is used, else the whole log is replayed). Writes are atomic (``.t
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import struct
 from pathlib import Path
 
 from crc32c import crc32c
 
-from log.checkpoint import TMP_SUFFIX, fsync_dir
+from log.checkpoint import fsync_dir, write_atomically
 from log.errors import StorageError
 from log.log import Log
 from log.producer_state import MAX_BATCHES_PER_PRODUCER, BatchMetadata, ProducerEntry, ProducerStateManager
@@ -135,26 +133,13 @@ def list_snapshots(directory: Path) -> list[int]:
 def write_snapshot(directory: Path, state: ProducerStateManager) -> int:
     """Write the state as ``<map_end_offset>.snapshot`` (atomically), drop older surplus ones; the offset."""
     offset = state.map_end_offset
-    path = snapshot_path(directory, offset)
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    data = encode(list(state))
+    write_atomically(snapshot_path(directory, offset), encode(list(state)))
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
         for old in list_snapshots(directory)[:-SNAPSHOTS_KEPT]:
             snapshot_path(directory, old).unlink(missing_ok=True)
         fsync_dir(directory)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise StorageError(f"cannot write producer-state snapshot {path}: {e}") from e
+        raise StorageError(f"cannot drop old producer-state snapshots in {directory}: {e}") from e
     return offset
 
 
