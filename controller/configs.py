@@ -189,6 +189,8 @@ _TOPIC_KEYS = [
     _key("flush.messages", LONG, str(LONG_MAX), 1),
     _key("flush.ms", LONG, str(LONG_MAX), 0),
     _key("message.timestamp.type", STRING, "CreateTime", choices=TIMESTAMP_TYPES),
+    _key("message.timestamp.before.max.ms", LONG, str(LONG_MAX), 0),
+    _key("message.timestamp.after.max.ms", LONG, "3600000", 0),  # Kafka 4.0's default (KIP-1030)
     _key("cleanup.policy", LIST, "delete", choices=CLEANUP_POLICIES),
     _key("delete.retention.ms", LONG, "86400000", 0),
     _key("min.compaction.lag.ms", LONG, "0", 0),
@@ -212,6 +214,8 @@ TOPIC_TO_BROKER_KEY: Mapping[str, str] = {
     "flush.messages": "log.flush.interval.messages",
     "flush.ms": "log.flush.interval.ms",
     "message.timestamp.type": "log.message.timestamp.type",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
     "cleanup.policy": "log.cleanup.policy",
     "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",

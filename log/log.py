@@ -47,13 +47,13 @@ from log.append import (
     segment_chunks,
 )
 from log.checkpoint import fsync_dir, remove_marker, write_checkpoint, write_marker
-from log.cleaner.keys import require_keys
 from log.clock import Clock
 from log.config import LogConfig
 from log.errors import OffsetOutOfRangeError, StorageError
 from log.logdir import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, load_segments, prepare_directory, read_offsets
 from log.policy import MAX_RELATIVE_OFFSET, SegmentInfo, flush_due, retention_count, roll_reason
 from log.record.header import BASE_OFFSET
+from log.record.validator import RecordPolicy
 from log.segment import Segment
 
 __all__ = ["AppendInfo", "FetchData", "Log", "SegmentInfo"]
@@ -214,24 +214,24 @@ class Log:
     def append(self, batch: bytes | bytearray | memoryview, *, leader_epoch: int = -1) -> AppendInfo:
         """Leader append of one or more concatenated producer batches; assigns their offsets.
 
-        Raises CorruptRecordError / InvalidRecordError for a bad batch and RecordTooLargeError for a
-        batch above ``max.message.bytes`` or ``segment.bytes``; nothing is written then. Batches that are
+        Every record is decoded first (``log.record.validator``). Raises CorruptRecordError /
+        InvalidRecordError / InvalidTimestampError for a bad batch and RecordTooLargeError for a batch above
+        ``max.message.bytes`` or ``segment.bytes``; nothing is written then. Batches that are
         together larger than ``segment.bytes`` go into successive segments (a roll between batches).
         """
         with self._lock:
             self._ensure_open()
             now = self._clock.time_ms()
-            append_time = now if self._config.log_append_time else None
-            view = as_bytes_view(batch)
-            prepared = prepare_leader_append(
-                view,
-                self._log_end_offset,
-                leader_epoch,
-                self._config.max_message_bytes,
-                append_time,
+            config = self._config
+            policy = RecordPolicy(
+                now,
+                config.message_timestamp_before_max_ms,
+                config.message_timestamp_after_max_ms,
+                log_append_time=config.log_append_time,
+                require_keys=config.compact_enabled,
             )
-            if self._config.compact_enabled:
-                require_keys(view, self._dir.name)  # decodes records: compacted topics only (log.cleaner.keys)
+            view = as_bytes_view(batch)
+            prepared = prepare_leader_append(view, self._log_end_offset, leader_epoch, config.max_message_bytes, policy)
             return self._append(prepared, now)
 
     def append_as_follower(self, batch: bytes | bytearray | memoryview) -> AppendInfo:

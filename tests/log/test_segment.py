@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch  # conftest imported kafka warning-free
 
 from log.append import PreparedAppend, prepare_leader_append
+from log.record.validator import RecordPolicy
 from log.config import LogConfig
 from log.errors import CorruptRecordError
 from log.record.header import BatchHeader, parse_header
@@ -48,7 +49,7 @@ def state(segment: Segment) -> tuple[object, ...]:
 
 
 def prepared(batch: bytes, offset: int) -> PreparedAppend:
-    return prepare_leader_append(memoryview(batch), offset, 7, 1 << 30, None)
+    return prepare_leader_append(memoryview(batch), offset, 7, 1 << 30, RecordPolicy(START_MS))
 
 
 def fill(segment: Segment, batches: list[bytes]) -> list[tuple[int, BatchHeader]]:
