@@ -4,14 +4,17 @@ Each RPC calls its handler with the :class:`~broker.context.BrokerContext`. Hand
 response (Kafka's names); an exception escaping one is a bug: it is logged and the call fails with gRPC
 status INTERNAL, and the broker keeps serving.
 
-Thread-safety: the servicer holds no state of its own; gRPC calls it from its worker threads.
+Thread-safety: the servicer holds no state of its own. Short RPCs run on the server's worker threads
+(``num.io.threads``); Fetch is a coroutine on the server's event loop that runs its reads on the same
+workers and waits for data without holding one (``controller.rpc_server``), so long polls cannot starve
+the short requests.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent import futures
+from concurrent.futures import Executor
 from functools import partial
 from typing import Any, TypeVar
 
@@ -38,6 +41,8 @@ from broker.handlers import (
     produce,
 )
 from broker.lifecycle import LISTENER
+from controller.long_poll import Wakeup, run_blocking
+from controller.rpc_server import RpcServer
 from proto import broker_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -51,9 +56,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     """Every RPC of the Broker service, as served on one listener (Metadata and DescribeCluster answer its
     endpoints)."""
 
-    def __init__(self, ctx: BrokerContext, listener: str = LISTENER) -> None:
+    def __init__(self, ctx: BrokerContext, listener: str = LISTENER, pool: Executor | None = None) -> None:
         self._ctx = ctx
         self._listener = listener
+        self._pool = pool  # the server's worker pool: where the long polls' reads run
 
     def _call(self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any) -> Resp:
         try:
@@ -70,8 +76,27 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     def Produce(self, request: Any, context: Any) -> Any:
         return self._call(produce.handle, request, context)
 
-    def Fetch(self, request: Any, context: Any) -> Any:
-        return self._call(fetch.handle, request, context)
+    async def Fetch(self, request: Any, context: Any) -> Any:
+        """A long poll: the reads run on the worker pool, the wait holds no thread (``controller.rpc_server``)."""
+        started = await self._call_blocking(fetch.begin, request, context)
+        if isinstance(started, fetch.PendingFetch):
+            op = started.op
+            wakeup = Wakeup()
+            op.add_done_callback(wakeup.wake)
+            if not await wakeup.wait(started.wait_s):
+                op.expire()
+            return await self._call_blocking(fetch.finish, started, context)
+        return started
+
+    async def _call_blocking(self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any) -> Resp:
+        if self._pool is None:
+            raise RuntimeError("an asynchronous handler needs the server's worker pool")
+        try:
+            return await run_blocking(self._pool, handler, self._ctx, request)
+        except Exception as exc:
+            logger.exception("broker %d: %s failed", self._ctx.broker_id, getattr(handler, "__module__", handler))
+            await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {exc!r}")
+            raise
 
     def ListOffsets(self, request: Any, context: Any) -> Any:
         return self._call(list_offsets.handle, request, context)
@@ -138,28 +163,36 @@ def message_limits(config: BrokerConfig) -> tuple[int, int]:
     return receive, min(send + RESPONSE_SLACK_BYTES, 2**31 - 1)
 
 
-def start_grpc_server(ctx: BrokerContext, listen: str, *, listener: str = LISTENER) -> grpc.Server:
+def max_concurrent_rpcs(config: BrokerConfig) -> int:
+    """``queued.max.requests`` for the short requests, plus room for every long poll the purgatories may
+    hold (``purgatory.max.operations`` each; over it a long poll answers at once): long polls alone can never
+    fill the server."""
+    return int(config.get("queued.max.requests")) + 2 * int(config.get("purgatory.max.operations"))
+
+
+def start_grpc_server(ctx: BrokerContext, listen: str, *, listener: str = LISTENER) -> RpcServer:
     """Serve the Broker service on ``listen`` for the listener named ``listener``; ``RuntimeError`` when it
-    cannot bind."""
+    cannot bind. Short requests run on ``num.io.threads`` workers; long polls wait without one."""
     receive, send = message_limits(ctx.config)
-    server = grpc.server(
-        futures.ThreadPoolExecutor(
-            max_workers=int(ctx.config.get("num.io.threads")), thread_name_prefix=f"broker-{ctx.broker_id}-rpc"
-        ),
+    holder: list[BrokerService] = []
+
+    def add(server: Any) -> None:
+        service = BrokerService(ctx, listener, rpc.pool)
+        holder.append(service)
+        add_servicer: Any = broker_pb2_grpc.add_BrokerServicer_to_server  # generated code is untyped
+        add_servicer(service, server)
+
+    rpc = RpcServer(
+        f"broker-{ctx.broker_id}-{listener.lower()}",
+        listen,
+        add,
+        workers=int(ctx.config.get("num.io.threads")),
+        maximum_concurrent_rpcs=max_concurrent_rpcs(ctx.config),
         options=[
             ("grpc.max_receive_message_length", receive),
             ("grpc.max_send_message_length", send),
             ("grpc.so_reuseport", 0),
         ],
-        maximum_concurrent_rpcs=int(ctx.config.get("queued.max.requests")),
     )
-    add_servicer: Any = broker_pb2_grpc.add_BrokerServicer_to_server  # generated code is untyped
-    add_servicer(BrokerService(ctx, listener), server)
-    try:
-        port = server.add_insecure_port(listen)
-    except RuntimeError as exc:
-        raise RuntimeError(f"cannot listen on {listen}: {exc}") from None
-    if port == 0:
-        raise RuntimeError(f"cannot listen on {listen}")
-    server.start()
-    return server
+    rpc.start()
+    return rpc

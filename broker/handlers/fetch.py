@@ -15,6 +15,12 @@ Per partition: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER
 The answer is immediate when ``max_wait_ms`` <= 0, the data reaches ``min_bytes``, any partition has an
 error, or there is nothing to fetch; otherwise a :class:`~broker.delayed_fetch.DelayedFetch` waits (its
 docstring lists when it completes; ``max_wait_ms`` is capped at 300 s) and the partitions are read again.
+The gRPC service waits without a thread (:func:`begin`, then :func:`finish` once the operation completed:
+``broker.service``); :func:`handle` does all three on the calling thread.
+
+A fetch with a ``replica_id`` must carry that broker's current broker epoch (``replica_epoch``), else every
+partition answers STALE_BROKER_EPOCH and nothing is read: a client cannot pose as a follower to move a
+high watermark.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from dataclasses import dataclass
 
 from broker.context import BrokerContext
 from broker.delayed_fetch import DelayedFetch, FetchStatus
-from broker.errors import error_of
+from broker.errors import STALE_BROKER_EPOCH, error, error_of
 from broker.handlers.common import local_partition
 from log.errors import OffsetOutOfRangeError
 from proto import broker_pb2 as pb
@@ -42,7 +48,38 @@ class _Target:
     current_leader_epoch: int
 
 
+@dataclass(frozen=True, slots=True)
+class PendingFetch:
+    """A fetch waiting in the purgatory: once ``op`` completes, :func:`finish` reads again and answers."""
+
+    op: DelayedFetch
+    replica_id: int
+    replica_epoch: int
+    targets: list[_Target]
+    max_bytes: int
+
+    @property
+    def wait_s(self) -> float:
+        """How long to wait for ``op`` before expiring it (its own timer should have fired by then)."""
+        return self.op.delay_ms / 1000 + WAIT_SLACK_S
+
+
 def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
+    """Fetch on the calling thread, waiting on it (the asynchronous server uses :func:`begin` and
+    :func:`finish` and waits without a thread)."""
+    started = begin(ctx, request)
+    if isinstance(started, pb.FetchResponse):
+        return started
+    if not started.op.wait(started.wait_s):
+        started.op.expire()
+    return finish(ctx, started)
+
+
+def begin(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse | PendingFetch:
+    """The first read: the answer, or the fetch left waiting in the purgatory (see the module docstring)."""
+    refused = _check_replica(ctx, request)
+    if refused is not None:
+        return refused
     for_replica = request.replica_id >= 0
     limit = ctx.config.replica_fetch_response_max_bytes if for_replica else ctx.config.fetch_max_bytes
     max_bytes = min(request.max_bytes, limit) if request.max_bytes > 0 else limit
@@ -63,10 +100,38 @@ def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
     ]
     op = DelayedFetch(min(request.max_wait_ms, MAX_WAIT_CAP_MS), request.min_bytes, for_replica, statuses,
                       lambda key: ctx.replicas.partition(*key))  # fmt: skip
-    purgatory = ctx.replicas.fetch_purgatory
-    if not purgatory.try_complete_else_watch(op, op.keys) and not op.wait(op.delay_ms / 1000 + WAIT_SLACK_S):
-        op.expire()
-    return _read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)[0]
+    ctx.replicas.fetch_purgatory.try_complete_else_watch(op, op.keys)
+    return PendingFetch(op, request.replica_id, request.replica_epoch, targets, max_bytes)
+
+
+def finish(ctx: BrokerContext, pending: PendingFetch) -> pb.FetchResponse:
+    """The answer once the wait is over: every target read again."""
+    return _read_all(ctx, pending.replica_id, pending.targets, pending.max_bytes, pending.replica_epoch)[0]
+
+
+def _check_replica(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse | None:
+    """A fetch that claims to come from broker ``replica_id`` must carry that broker's current epoch, as the
+    metadata image has it (KIP-903's ``ReplicaEpoch``); otherwise STALE_BROKER_EPOCH for every partition and
+    nothing is read, so no follower position and no high watermark moves on its word."""
+    if request.replica_id < 0:
+        return None
+    broker = ctx.metadata.image.broker(request.replica_id)
+    if broker is not None and broker.broker_epoch == request.replica_epoch:
+        return None
+    known = "is not registered" if broker is None else f"has broker epoch {broker.broker_epoch}"
+    message = (
+        f"a fetch claims to come from broker {request.replica_id} with broker epoch {request.replica_epoch}, but "
+        f"broker {request.replica_id} {known} in the metadata of broker {ctx.broker_id}"
+    )
+    response = pb.FetchResponse(error=error(STALE_BROKER_EPOCH, message))
+    for topic in request.topics:
+        answer = response.topics.add(name=topic.name)
+        for p in topic.partitions:
+            answer.partitions.add(
+                partition=p.partition, error=error(STALE_BROKER_EPOCH, message), high_watermark=-1,
+                last_stable_offset=-1, log_start_offset=-1, log_end_offset=-1, leader_epoch=-1,
+            )  # fmt: skip
+    return response
 
 
 def _partition_limit(target: _Target, max_bytes: int) -> int:

@@ -114,7 +114,7 @@ def test_acks_all_times_out_when_the_isr_does_not_follow(harness: BrokerHarness)
 
 def follower_fetch(harness: BrokerHarness, offset: int, replica_id: int = 1) -> pb.FetchResponse:
     request = pb.FetchRequest(
-        replica_id=replica_id, max_wait_ms=0, max_bytes=1 << 20,
+        replica_id=replica_id, replica_epoch=harness.broker_epoch(replica_id), max_wait_ms=0, max_bytes=1 << 20,
         topics=[pb.FetchTopic(name="t", partitions=[pb.FetchPartition(partition=0, fetch_offset=offset,
                                                                       current_leader_epoch=-1)])],
     )  # fmt: skip

@@ -11,7 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.handlers import fetch
-from broker.log_manager import HW_CHECKPOINT, PARTITION_METADATA, parse_partition_dir
+from broker.log_manager import (
+    DELETE_SUFFIX,
+    HW_CHECKPOINT,
+    MAX_NAME_BYTES,
+    PARTITION_METADATA,
+    STRAY_SUFFIX,
+    aside_dir_name,
+    parse_partition_dir,
+)
 from broker.maintenance import LogMaintenance
 from broker.metadata_loader import config_changes, image_changes
 from controller.image import MetadataDelta, MetadataImage
@@ -51,6 +59,38 @@ def test_a_deleted_topic_loses_its_directories(harness: BrokerHarness) -> None:
     assert not any(path.name.startswith("t-") for path in harness.root.iterdir())
 
 
+def test_a_249_character_topic_is_deleted_and_set_aside_within_the_name_limit(tmp_path: Path) -> None:
+    """Issue 15: ``<249 chars>-0.<32 hex>-delete`` is 289 bytes; Kafka cuts the topic short, and so do we."""
+    longest = "t" * 249
+    h = BrokerHarness(tmp_path / "b")
+    try:
+        topic_id = h.create_topic(longest, partitions=2)
+        append(h, batch([b"x"]), longest, 1)
+        h.apply(RemoveTopic(topic_id))
+        assert h.replicas.partition(longest, 0) is None
+        assert [p.name for p in h.root.iterdir() if p.name.startswith("ttt")] == []  # deleted, not left aside
+        stray_id = h.create_topic(longest)
+        h.close()
+        h = BrokerHarness(tmp_path / "b")  # the topic is gone from this new image: its log is a stray
+        assert h.replicas.quarantine_strays() == [(longest, 0)]
+        (aside,) = [p.name for p in h.root.iterdir() if p.name.startswith("ttt")]
+        assert aside.endswith("-stray")
+        assert len(aside.encode()) == MAX_NAME_BYTES
+        assert aside.startswith("t" * 10)
+        assert "-0." in aside
+        assert stray_id
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("suffix", [DELETE_SUFFIX, STRAY_SUFFIX])
+def test_aside_names_keep_what_fits(suffix: str) -> None:
+    assert aside_dir_name("orders-12", suffix, "ab" * 16) == f"orders-12.{'ab' * 16}{suffix}"
+    name = aside_dir_name("x" * 249 + "-99999", suffix, "cd" * 16)
+    assert len(name) == MAX_NAME_BYTES
+    assert name.endswith(f"-99999.{'cd' * 16}{suffix}")
+
+
 def test_reassignment_away_deletes_and_follower_refuses_writes(harness: BrokerHarness) -> None:
     harness.register(1)
     harness.create_topic("t", replicas=[0, 1])
@@ -80,7 +120,7 @@ def test_restart_keeps_data_and_high_watermark_and_sets_strays_aside(tmp_path: P
     first.create_topic("kept", replicas=[0, 1], isr=[0, 1])
     first.create_topic("gone")
     append(first, batch([b"a", b"b"]), "kept")
-    fetch.handle(first.ctx, fetch_request([("kept", 0, 2)], replica_id=1))  # HW 2
+    fetch.handle(first.ctx, fetch_request([("kept", 0, 2)], replica_id=1, replica_epoch=first.broker_epoch(1)))  # HW 2
     assert first.partition("kept").high_watermark == 2
     records = part(fetch.handle(first.ctx, fetch_request([("kept", 0, 0)])), "kept").records
     kept_id = first.topic_ids["kept"]

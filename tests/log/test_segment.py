@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch  # conftest imported kafka warning-free
 
 from log.append import PreparedAppend, prepare_leader_append
-from log.record.validator import RecordPolicy
 from log.config import LogConfig
 from log.errors import CorruptRecordError
 from log.record.header import BatchHeader, parse_header
+from log.record.validator import RecordPolicy
 from log.segment import (
     Segment,
     iter_headers,
