@@ -5,9 +5,9 @@ response (Kafka's names); an exception escaping one is a bug: it is logged and t
 status INTERNAL, and the broker keeps serving.
 
 Thread-safety: the servicer holds no state of its own. Short RPCs run on the server's worker threads
-(``num.io.threads``); Fetch is a coroutine on the server's event loop that runs its reads on the same
-workers and waits for data without holding one (``controller.rpc_server``), so long polls cannot starve
-the short requests.
+(``num.io.threads``); Fetch and Produce are coroutines on the server's event loop that run their reads and
+appends on the same workers and wait (for data, for the ISR) without holding one (``controller.rpc_server``),
+so long polls cannot starve the short requests.
 """
 
 from __future__ import annotations
@@ -73,8 +73,19 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     def Metadata(self, request: Any, context: Any) -> Any:
         return self._call(partial(metadata.handle, listener=self._listener), request, context)
 
-    def Produce(self, request: Any, context: Any) -> Any:
-        return self._call(produce.handle, request, context)
+    async def Produce(self, request: Any, context: Any) -> Any:
+        """The appends run on the worker pool; an acks=all wait holds no thread."""
+        started = await self._call_blocking(produce.begin, request, context)
+        if isinstance(started, produce.PendingProduce):
+            request.ClearField("topics")  # the records are written: free them while the ISR catches up
+            op = started.pending.operation
+            assert op is not None
+            wakeup = Wakeup()
+            op.add_done_callback(wakeup.wake)
+            if not await wakeup.wait(started.pending.wait_s):
+                op.expire()
+            return produce.finish(started)
+        return started
 
     async def Fetch(self, request: Any, context: Any) -> Any:
         """A long poll: the reads run on the worker pool, the wait holds no thread (``controller.rpc_server``)."""

@@ -4,8 +4,9 @@ An append is one or several concatenated RecordBatch v2 batches (layout in ``log
 Every batch is validated (header, CRC-32C) before anything is written, so a bad batch anywhere in
 the append leaves the log untouched.
 
-Leader appends (:func:`prepare_leader_append`) also decode every record of every batch, as a producer's
-(:mod:`log.record.validator`), and patch only the 61-byte header of each batch: ``baseOffset`` and
+Leader appends are validated first (:func:`validate_leader_append`: every record of every batch decoded,
+as a producer's, :mod:`log.record.validator`), then :func:`prepare_leader_append` patches only the 61-byte
+header of each batch: ``baseOffset`` and
 ``partitionLeaderEpoch``, both outside the CRC; with ``LogAppendTime`` also the timestamp-type bit of
 ``attributes`` and ``maxTimestamp`` (with CreateTime too, when the producer's disagree with its records),
 after which the CRC is recomputed by continuing the CRC of the patched header over the unchanged body
@@ -143,31 +144,49 @@ def as_bytes_view(batch: bytes | bytearray | memoryview) -> memoryview:
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
-def prepare_leader_append(
-    buf: memoryview,
-    next_offset: int,
-    leader_epoch: int,
-    max_message_bytes: int,
-    policy: RecordPolicy,
-) -> PreparedAppend:
-    """Validate ``buf`` and assign offsets from ``next_offset`` (Kafka's ``LogValidator``).
+@dataclass(frozen=True, slots=True)
+class ValidatedAppend:
+    """A producer's append that passed :func:`validate_leader_append`: its batches (position, header, true
+    largest record timestamp) in ``buf``, and the config it was checked against. Pure data: a leader checks
+    before it takes any lock, then appends it (:func:`prepare_leader_append`)."""
 
-    Each batch: at most ``max_message_bytes`` (:class:`RecordTooLargeError`), then the producer's rules
+    buf: memoryview
+    batches: tuple[tuple[int, BatchHeader, int], ...]
+    config: object  # the LogConfig it was validated with (a Log validates again under another config)
+
+    @property
+    def headers(self) -> list[BatchHeader]:
+        return [header for _, header, _ in self.batches]
+
+
+def validate_leader_append(
+    buf: memoryview, max_message_bytes: int, policy: RecordPolicy, config: object
+) -> ValidatedAppend:
+    """Validate every batch of ``buf`` as a producer's (Kafka's ``LogValidator``): whole batches, header and
+    CRC (:func:`split_batches`), at most ``max_message_bytes`` each (:class:`RecordTooLargeError`), then rules
     V1-V6 of :mod:`log.record.validator` with ``policy`` (every record decoded: CORRUPT_MESSAGE,
-    INVALID_RECORD, INVALID_TIMESTAMP). Offsets and the leader epoch are patched into each header; the
-    timestamps as Kafka's leader writes them: with LogAppendTime the append time (``policy.now_ms``), with
-    CreateTime the CreateTime bit and the batch's true largest record timestamp, when the producer's differ.
-    """
-    batches = split_batches(buf)
-    prepared: list[PreparedBatch] = []
-    offset = next_offset
-    log_append_time_ms = policy.now_ms if policy.log_append_time else None
-    for i, (pos, header) in enumerate(batches):
+    INVALID_RECORD, INVALID_TIMESTAMP). Nothing else of a batch is trusted before this."""
+    checked = []
+    for i, (pos, header) in enumerate(split_batches(buf)):
         if header.size_bytes > max_message_bytes:
             raise RecordTooLargeError(
                 f"batch {i} of the append is {header.size_bytes} bytes, above max.message.bytes={max_message_bytes}"
             )
-        max_timestamp = validate_producer_batch(buf, pos, header, policy, i)
+        checked.append((pos, header, validate_producer_batch(buf, pos, header, policy, i)))
+    return ValidatedAppend(buf, tuple(checked), config)
+
+
+def prepare_leader_append(
+    validated: ValidatedAppend, next_offset: int, leader_epoch: int, log_append_time_ms: int | None
+) -> PreparedAppend:
+    """Assign offsets from ``next_offset`` to a validated append and stamp its headers, as Kafka's leader:
+    ``baseOffset`` and ``partitionLeaderEpoch``; with LogAppendTime (``log_append_time_ms``) the append time;
+    with CreateTime the CreateTime bit and the batch's true largest record timestamp, when the producer's
+    differ."""
+    buf = validated.buf
+    prepared: list[PreparedBatch] = []
+    offset = next_offset
+    for pos, header, max_timestamp in validated.batches:
         head = bytearray(buf[pos : pos + HEADER_SIZE])
         patch_base_offset(head, 0, offset)
         patch_partition_leader_epoch(head, 0, leader_epoch)

@@ -12,17 +12,22 @@ bounded time (``log.producer_state`` S8, ``replication.partition``): the partiti
 appended in the order the request lists them, which the producer keeps the same in every request.
 
 acks=0 and acks=1 answer after the leader append (the client ignores the acks=0 answer); acks=-1 waits
-until every appended partition's high watermark passes its batch, or ``timeout_ms`` (capped at 300 s): the
-appends and the wait go through :meth:`broker.replica_manager.ReplicaManager.append_records`. Each
+until every appended partition's high watermark passes its batch, or ``timeout_ms`` (capped at 300 s), one
+deadline for the whole request (held batches included): the appends and the wait go through
+:meth:`broker.replica_manager.ReplicaManager.append_records`. The gRPC service waits without a thread
+(:func:`begin`, then :func:`finish` once the DelayedProduce completed: ``broker.service``). Each
 ``records`` field is read once: protobuf copies bytes on every access.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from broker.context import BrokerContext
 from broker.errors import INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION, error, error_of
 from broker.group.config import OFFSETS_TOPIC
 from broker.handlers.common import local_partition
+from broker.replica_manager import PendingAppend
 from proto import broker_pb2 as pb
 from replication.partition import Partition
 
@@ -31,7 +36,28 @@ INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 MAX_TIMEOUT_MS = 300_000  # a longer timeout_ms is cut to this (STYLE.md §8: every request has a maximum)
 
 
+@dataclass(frozen=True, slots=True)
+class PendingProduce:
+    """An acks=all produce whose appends are done and whose DelayedProduce waits for the ISR: once
+    ``pending.operation`` completes, :func:`finish` fills the answers."""
+
+    response: pb.ProduceResponse
+    answers: list[pb.ProducePartitionResponse]
+    pending: PendingAppend
+
+
 def handle(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse:
+    """Produce on the calling thread, waiting on it for acks=all (the asynchronous server uses :func:`begin`
+    and :func:`finish` and waits without a thread)."""
+    started = begin(ctx, request)
+    if isinstance(started, pb.ProduceResponse):
+        return started
+    started.pending.wait()
+    return finish(started)
+
+
+def begin(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse | PendingProduce:
+    """Every partition's append (see the module docstring): the answer, or the acks=all wait to finish."""
     acks = request.acks
     response = pb.ProduceResponse()
     entries: list[tuple[Partition, bytes]] = []
@@ -60,8 +86,14 @@ def handle(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse
     if not entries:
         return response
     timeout_ms = min(max(request.timeout_ms, 0), MAX_TIMEOUT_MS)
-    results = ctx.replicas.append_records(entries, acks, timeout_ms).wait()
-    for result, answer in zip(results, answers, strict=True):
+    pending = ctx.replicas.append_records(entries, acks, timeout_ms)
+    started = PendingProduce(response, answers, pending)
+    return started if pending.operation is not None else finish(started)
+
+
+def finish(started: PendingProduce) -> pb.ProduceResponse:
+    """The answers once the appends (and the acks=all wait, if any) are done."""
+    for result, answer in zip(started.pending.results, started.answers, strict=True):
         if result.exception is not None:
             answer.error.CopyFrom(error_of(result.exception))
             continue
@@ -73,7 +105,7 @@ def handle(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse
             code = result.replication_error
             why = _WHY.get(code, "acks=all not satisfied")
             answer.error.CopyFrom(error(code, f"{result.key[0]}-{result.key[1]}: {why}"))
-    return response
+    return started.response
 
 
 _WHY = {

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.handlers import fetch
+from broker.controller_channel import ControllerChannel
+from broker.handlers import fetch, produce
 from broker.log_manager import (
     DELETE_SUFFIX,
     HW_CHECKPOINT,
@@ -21,7 +22,7 @@ from broker.log_manager import (
     parse_partition_dir,
 )
 from broker.maintenance import LogMaintenance
-from broker.metadata_loader import config_changes, image_changes
+from broker.metadata_loader import MetadataLoader, config_changes, image_changes
 from controller.image import MetadataDelta, MetadataImage
 from controller.records import (
     Config,
@@ -33,12 +34,15 @@ from controller.records import (
     RegisterBroker,
     RemoveTopic,
     Topic,
+    encode_record,
 )
 from log.clock import ManualClock
 from log.errors import StorageError
+from proto import controller_pb2
 from replication.partition import Role
 from tests.broker.conftest import BrokerHarness, batch
 from tests.broker.test_fetch_handler import append, fetch_request, part
+from tests.broker.test_produce_handler import answer, produce_request
 
 
 def test_partition_directories_carry_the_topic_id(harness: BrokerHarness) -> None:
@@ -254,3 +258,36 @@ def test_idle_logs_are_flushed_by_flush_ms(tmp_path: Path) -> None:
         assert h.partition("lazy").log.recovery_point == 0
     finally:
         h.close()
+
+
+def test_a_file_system_refusal_in_the_metadata_thread_takes_the_log_dir_offline(harness: BrokerHarness) -> None:
+    """Kafka's LogDirFailureChannel: an OSError while following the metadata (here a file where a partition's
+    directory must go) takes the log dir offline: every partition answers KAFKA_STORAGE_ERROR, later metadata
+    is still published (without touching the disk), the broker asks to be fenced; nothing stops the thread."""
+    harness.create_topic("ok")
+    append(harness, batch([b"a"]), "ok")
+    (harness.root / "bad-0").write_text("a file squatting the directory name")
+    loader = MetadataLoader(0, ControllerChannel(["127.0.0.1:1"]), harness.metadata, harness.replicas)
+    failures: list[int] = []
+    loader.on_log_dir_failure = lambda: failures.append(1)
+    bad_id = str(uuid.uuid4())
+    assert loader.apply(entries(harness, Topic("bad", bad_id), Partition(bad_id, 0, (0,), (0,), 0)))
+    assert failures == [1]
+    assert harness.image.topic("bad") is not None  # published all the same
+    assert "FileExistsError" in (harness.replicas.offline_reason or "")
+    produced = answer(produce.handle(harness.ctx, produce_request("ok", batch([b"b"]))))
+    assert produced.error.code == "KAFKA_STORAGE_ERROR"
+    assert "offline" in produced.error.message
+    assert part(fetch.handle(harness.ctx, fetch_request([("ok", 0, 0)])), "ok").error.code == "KAFKA_STORAGE_ERROR"
+    assert loader.apply(entries(harness, RemoveTopic(harness.topic_ids["ok"])))  # goes on, touching no file
+    assert (harness.root / "ok-0").is_dir()
+    assert failures == [1]
+
+
+def entries(harness: BrokerHarness, *records: MetadataRecord) -> controller_pb2.FetchMetadataResponse:
+    """A FetchMetadata answer carrying ``records`` right after the harness's image."""
+    first = harness.image.offset + 1
+    return controller_pb2.FetchMetadataResponse(entries=[
+        controller_pb2.MetadataLogEntry(offset=first + i, term=1, payload=encode_record(r))
+        for i, r in enumerate(records)
+    ], end_offset=first + len(records))  # fmt: skip
