@@ -77,6 +77,10 @@ def validate_producer_batch(buf: Buffer, pos: int, header: BatchHeader, policy: 
         low, high = _scan(data, start, end, header.records_count, policy.require_keys, where)
     except IndexError:
         raise CorruptRecordError(f"{where}: its records run past the end of their section") from None
+    except CorruptRecordError as exc:  # the general varint decoders do not know which batch they read
+        if str(exc).startswith(where):
+            raise
+        raise CorruptRecordError(f"{where}: {exc}") from None
     base = header.base_timestamp
     if not policy.log_append_time:
         _check_timestamps(data, start, header, policy, base + low, base + high, where)

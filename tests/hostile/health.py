@@ -106,7 +106,7 @@ def read_partition(cluster: Cluster, topic: str, partition: int, end: int) -> di
 def live_leader(cluster: Cluster, topic: str, partition: int) -> int:
     """The leader of ``topic-partition`` as a live broker's Metadata says (waits, bounded, for one)."""
 
-    def find() -> int | None:
+    def find() -> tuple[int] | None:  # a tuple: broker 0 is a leader too
         for i, proc in enumerate(cluster.brokers):
             if not proc.alive():
                 continue
@@ -115,11 +115,11 @@ def live_leader(cluster: Cluster, topic: str, partition: int) -> int:
             except Exception:
                 continue
             if leader >= 0 and cluster.brokers[leader].alive():
-                return leader
+                return (leader,)
         return None
 
-    found: int = cluster.wait_for(find, READ_TIMEOUT_S, f"a live leader of {topic}-{partition}")
-    return found
+    found: tuple[int] = cluster.wait_for(find, READ_TIMEOUT_S, f"a live leader of {topic}-{partition}")
+    return found[0]
 
 
 def check_healthy(cluster: Cluster, ledger: Ledger, *, stopped: Iterable[str] = ()) -> None:
