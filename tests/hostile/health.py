@@ -38,8 +38,10 @@ class Ledger:
         self.cluster = cluster
         self.acked: dict[tuple[int, int], bytes] = {}
 
-    def create(self) -> Ledger:
-        self.cluster.create_topic(LEDGER_TOPIC, LEDGER_PARTITIONS, 3, {"min.insync.replicas": "2"})
+    def create(self, replication_factor: int = 3) -> Ledger:
+        """The ledger topic: 3 partitions, ``min.insync.replicas`` 2 (1 with a single replica)."""
+        min_isr = str(min(2, replication_factor))
+        self.cluster.create_topic(LEDGER_TOPIC, LEDGER_PARTITIONS, replication_factor, {"min.insync.replicas": min_isr})
         return self
 
     def produce(self, count: int = 3) -> None:
@@ -79,8 +81,9 @@ def read_partition(cluster: Cluster, topic: str, partition: int, end: int) -> di
     out: dict[int, bytes | None] = {}
     deadline = time.monotonic() + READ_TIMEOUT_S
     offset = 0
+    last = ""
     while offset < end:
-        assert time.monotonic() < deadline, f"{topic}-{partition}: offsets from {offset} not readable in time"
+        assert time.monotonic() < deadline, f"{topic}-{partition}: offsets from {offset} not readable in time: {last}"
         leader = live_leader(cluster, topic, partition)
         request = pb.FetchRequest(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=4 << 20, topics=[
             pb.FetchTopic(name=topic, partitions=[pb.FetchPartition(partition=partition, fetch_offset=offset,
@@ -88,18 +91,22 @@ def read_partition(cluster: Cluster, topic: str, partition: int, end: int) -> di
                                                                     current_leader_epoch=-1)])])  # fmt: skip
         try:
             response = cluster.broker_stub(leader).Fetch(request, timeout=CALL_TIMEOUT_S)
-        except Exception:  # the leader just moved or stopped: look again
+        except Exception as exc:  # the leader just moved or stopped: look again
+            last = repr(exc)
             time.sleep(0.1)
             continue
         answer = response.topics[0].partitions[0]
         if answer.error.code:
+            last = f"{answer.error.code} {answer.error.message}"
             time.sleep(0.1)
             continue
-        for _, records in iter_batches_with_records(answer.records):
+        if not answer.records and answer.high_watermark <= offset:
+            last = f"high watermark {answer.high_watermark}"
+        for header, records in iter_batches_with_records(answer.records):
             for record in records:
                 if record.offset >= offset:
                     out[record.offset] = record.value
-                    offset = record.offset + 1
+            offset = max(offset, header.next_offset)  # a compacted batch may hold fewer records, or none
     return out
 
 
