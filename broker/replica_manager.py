@@ -211,13 +211,7 @@ class ReplicaManager:
             return False
         self._offline_reason = reason
         logger.error("broker %d: log dir %s is offline: %s", self.broker_id, self.log_manager.data_dir, reason)
-        partitions, self._partitions = self._partitions, {}
-        for partition in partitions.values():
-            try:
-                partition.close_handlers()
-            except Exception:
-                logger.exception("broker %d: closing %s after the log dir failure", self.broker_id, partition)
-        self.complete_delayed(*partitions)
+        self.complete_delayed(*self._take_all(Partition.close_handlers, "closing the files of"))
         return True
 
     def startup(self) -> None:
@@ -251,12 +245,18 @@ class ReplicaManager:
         self.fetch_purgatory.shutdown()
         self.produce_purgatory.shutdown()
         self.checkpoint_high_watermarks()
+        self._take_all(Partition.close, "closing")
+
+    def _take_all(self, close: Callable[[Partition], None], what: str) -> list[TopicPartition]:
+        """Empty the published map and ``close`` every partition that was in it (an error is logged: one
+        partition does not keep the others open); returns their keys."""
         partitions, self._partitions = self._partitions, {}
         for partition in partitions.values():
             try:
-                partition.close()
+                close(partition)
             except Exception:
-                logger.exception("broker %d: closing %s failed", self.broker_id, partition)
+                logger.exception("broker %d: %s %s failed", self.broker_id, what, partition)
+        return list(partitions)
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
         return {key: p.high_watermark for key, p in self._partitions.items()}
