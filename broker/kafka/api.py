@@ -87,6 +87,10 @@ class RawResponse:
                 part.close()
 
 
+class CloseConnection(Exception):
+    """Raised by a handler: close the connection instead of answering (the reason is logged)."""
+
+
 NO_RESPONSE = None  # a handler's answer when Kafka sends none (Produce with acks=0)
 
 Handler = Callable[[Request], Any]  # returns a kio response entity, a RawResponse, or NO_RESPONSE

@@ -33,7 +33,7 @@ from typing import Any
 
 from broker.context import BrokerContext
 from broker.kafka import codec
-from broker.kafka.api import Api, FileRegion, RawResponse, Request, Session
+from broker.kafka.api import Api, CloseConnection, FileRegion, RawResponse, Request, Session
 
 logger = logging.getLogger(__name__)
 
@@ -181,6 +181,8 @@ class Connection:
         request = Request(self.ctx, self.session, api_key, version, correlation_id, client_id, body)
         try:
             answer = api.handle(request)
+        except CloseConnection as exc:
+            raise ProtocolError(str(exc)) from None
         except Exception:
             logger.exception("broker %d: kafka %s v%d failed", self.ctx.broker_id, api.name, version)
             raise ProtocolError(f"{api.name} failed on the broker") from None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.handlers import produce as produce_handler
-from broker.kafka.api import NO_RESPONSE, Request
+from broker.kafka.api import NO_RESPONSE, CloseConnection, Request
 from broker.kafka.codec import build, millis, response_class
 
 API_KEY = 0
@@ -58,8 +58,17 @@ def handle(request: Request) -> Any:
         )
         answer = _answer(produce_handler.handle(request.ctx, view))  # type: ignore[arg-type]
     if acks == 0:
+        if any(p["error_code"] for t in answer for p in t["partition_responses"]):
+            # Kafka's rule: an acks=0 producer learns of a failure by losing the connection (and then
+            # refreshes its metadata), since it reads no answer
+            raise CloseConnection(f"acks=0 produce failed: {_first_error(answer)}")
         return NO_RESPONSE
     return build(response_class(API_KEY, request.version), responses=answer, throttle_time=0)
+
+
+def _first_error(answer: list[dict[str, Any]]) -> str:
+    return next(f"{t['name']}-{p['index']}: {p['error_code']}" for t in answer for p in t["partition_responses"]
+                if p["error_code"])  # fmt: skip
 
 
 def _answer(response: Any) -> list[dict[str, Any]]:

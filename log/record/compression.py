@@ -40,10 +40,9 @@ or oversized compressed data raises :class:`CorruptRecordError`. Pure: no I/O.
 
 from __future__ import annotations
 
+import struct
 import threading
 import zlib
-
-import struct
 
 import cramjam
 import lz4.frame

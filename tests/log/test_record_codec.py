@@ -16,7 +16,6 @@ from log.record import (
     HEADER_SIZE,
     LZ4,
     NONE,
-    SNAPPY,
     ZSTD,
     BatchBuilder,
     Record,

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from log.record import (
     GZIP,
-    SNAPPY,
     HEADER_SIZE,
     LZ4,
     NONE,
+    SNAPPY,
     ZSTD,
     BatchBuilder,
     build_batch,
