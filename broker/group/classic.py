@@ -462,9 +462,7 @@ class ClassicGroups:
         False: not a classic group with members (the commit goes the consumer-group way)."""
         group = self.groups.get(group_id)
         if group is None or not group.members:
-            if generation_id >= 0 and member_id:
-                raise GroupError(UNKNOWN_MEMBER_ID, f"group {group_id} has no member {member_id!r}")
-            return group is not None
+            return False
         if generation_id < 0 and not member_id:
             raise GroupError(UNKNOWN_MEMBER_ID, f"group {group_id} has members: only they may commit")
         group.member(member_id, instance_id)

@@ -22,18 +22,31 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 def handle_metadata(request: Request) -> Any:
     body = request.body
-    names = [t.name for t in body.topics] if body.topics is not None else None
-    all_topics = names is None or (request.version == 0 and not names)
+    unknown_ids: list[Any] = []
+    names: list[str] | None = None
+    if body.topics is not None:  # v10+ may name topics by id instead
+        by_id = {t.topic_id: n for n, t in request.ctx.metadata.image.topics_by_name.items()}
+        names = []
+        for t in body.topics:
+            name = t.name if t.name is not None else by_id.get(str(getattr(t, "topic_id", "")))
+            if name is None:
+                unknown_ids.append(t.topic_id)
+            else:
+                names.append(name)
+    all_topics = names is None or (request.version == 0 and not names and not unknown_ids)
     answer = metadata_handler.handle(
         request.ctx, pb.MetadataRequest(topics=names or [], all_topics=all_topics), listener=request.session.listener
     )
+    topics = [_topic(t) for t in answer.topics]
+    topics += [dict(error_code="UNKNOWN_TOPIC_ID", name=None, topic_id=i, is_internal=False, partitions=[],
+                    topic_authorized_operations=NO_AUTHORIZED_OPERATIONS) for i in unknown_ids]  # fmt: skip
     return build(
         response_class(METADATA_KEY, request.version),
         throttle_time=0,
         brokers=[dict(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack or None) for b in answer.brokers],
         cluster_id=answer.cluster_id or None,
         controller_id=answer.controller_id,
-        topics=[_topic(t) for t in answer.topics],
+        topics=topics,
         cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
         error_code=0,
     )
