@@ -97,8 +97,10 @@ def test_records_cross_protocols_unchanged(cluster: Cluster, bootstrap: str) -> 
     ts = int(time.time() * 1000) - 5000
     with OdradekProducer({"bootstrap.servers": cluster.bootstrap_servers}) as producer:
         for i in range(20):
-            producer.send(topic, value=b"grpc-%d" % i, key=b"key-%d" % i if i % 3 else None,
-                          headers=[("a", b"1"), ("b", b"x" * i)], partition=0, timestamp_ms=ts + i).result(10)  # fmt: skip
+            key = b"key-%d" % i if i % 3 else None
+            headers = [("a", b"1"), ("b", b"x" * i)]
+            sent = producer.send(topic, value=b"grpc-%d" % i, key=key, headers=headers, partition=0, timestamp_ms=ts + i)
+            sent.result(10)
     kafka = Producer({"bootstrap.servers": bootstrap})
     for i in range(20):
         kafka.produce(topic, value=b"kafka-%d" % i, key=b"key-%d" % i if i % 3 else None, partition=0,
