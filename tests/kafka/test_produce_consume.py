@@ -99,7 +99,8 @@ def test_records_cross_protocols_unchanged(cluster: Cluster, bootstrap: str) -> 
         for i in range(20):
             key = b"key-%d" % i if i % 3 else None
             headers = [("a", b"1"), ("b", b"x" * i)]
-            sent = producer.send(topic, value=b"grpc-%d" % i, key=key, headers=headers, partition=0, timestamp_ms=ts + i)
+            value = b"grpc-%d" % i
+            sent = producer.send(topic, value=value, key=key, headers=headers, partition=0, timestamp_ms=ts + i)
             sent.result(10)
     kafka = Producer({"bootstrap.servers": bootstrap})
     for i in range(20):
