@@ -16,7 +16,7 @@ Layout (Kafka's FetchResponse.json; v12 is flexible: compact arrays and strings,
         int64   log_start_offset            v5+
         array?  aborted_transactions        null, or (int64 producer_id, int64 first_offset) each
         int32   preferred_read_replica      v11+
-        bytes?  records                     null when none
+        bytes?  records                     empty (never null) when none, as Kafka sends
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def encode_response(
             if version >= 11:
                 head += I32.pack(NO_READ_REPLICA)
             size = r.size
-            if r.records is None:
-                head += b"\x00" if flexible else I32.pack(-1)
+            if r.records is None:  # empty, not null: Kafka sends empty records, and librdkafka < 2.1 rejects -1
+                head += uvarint(1) if flexible else I32.pack(0)
             else:
                 head += uvarint(size + 1) if flexible else I32.pack(size)
                 parts.append(bytes(head))

@@ -1,18 +1,20 @@
 """Consumer groups and administration through stock clients: classic groups with client-side assignors
 (range, roundrobin, cooperative-sticky) rebalancing as members join and leave, KIP-848 groups with
 librdkafka's ``group.protocol=consumer``, committed offsets, topic and config admin, describe cluster,
-aiokafka."""
+aiokafka and kcat."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
 
-from tests.kafka.helpers import WAIT_S, create_topic
+from tests.kafka.helpers import WAIT_S, consume, create_topic
 
 pytestmark = pytest.mark.slow
 
@@ -163,3 +165,31 @@ def test_aiokafka_produce_and_consume(bootstrap: str) -> None:
         return values
 
     assert asyncio.run(run()) == [b"aio-%d" % i for i in range(10)]
+
+
+@pytest.fixture(scope="module")
+def kcat() -> str:
+    found = shutil.which("kcat")
+    if found is None:
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, timeout=300, check=False)
+        result = subprocess.run(["apt-get", "install", "-y", "-qq", "kcat"], capture_output=True, timeout=300,
+                                check=False)  # fmt: skip
+        found = shutil.which("kcat")
+        if found is None:
+            pytest.skip(f"kcat is not installed and apt-get cannot install it: {result.stderr.decode()[-300:]}")
+    return found
+
+
+def test_kcat_produces_and_consumes(bootstrap: str, kcat: str) -> None:
+    topic = "kcat"
+    create_topic(bootstrap, topic)
+    lines = "".join(f"k{i}:v{i}\n" for i in range(5))
+    subprocess.run([kcat, "-b", bootstrap, "-t", topic, "-P", "-K:", "-z", "snappy"], input=lines.encode(),
+                   check=True, timeout=60)  # fmt: skip
+    out = subprocess.run([kcat, "-b", bootstrap, "-t", topic, "-C", "-e", "-o", "beginning", "-f", "%k=%s\n"],
+                         capture_output=True, check=True, timeout=60)  # fmt: skip
+    assert out.stdout.decode().splitlines() == [f"k{i}=v{i}" for i in range(5)]
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kcat-check"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    assert [m.key() for m in consume(consumer, 5)] == [b"k%d" % i for i in range(5)]
+    consumer.close()
