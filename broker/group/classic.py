@@ -26,6 +26,11 @@ Rules (the tests cite them):
 * CH1: Heartbeat: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS (the member must rejoin),
   else it keeps the member's session alive; a member silent for its session timeout is removed (not
   while its join or sync waits).
+* CC1: OffsetCommit for a classic group with members needs a known member and the current generation;
+  it is accepted in Stable and in PreparingRebalance (eager members commit while their partitions are
+  being revoked, before they join again), refused with REBALANCE_IN_PROGRESS in CompletingRebalance
+  (the member has a new generation but not yet its assignment). A commit with generation -1 and no
+  member id is a "simple" commit, refused (UNKNOWN_MEMBER_ID) while the group has members.
 * CST1 (static membership, KIP-345): a join with a known ``group.instance.id`` replaces the old member id
   (the old one is fenced: FENCED_INSTANCE_ID); in Stable with the same protocols no rebalance happens,
   the member gets the current generation and its stored assignment on sync. A static member leaves only
@@ -468,6 +473,6 @@ class ClassicGroups:
         group.member(member_id, instance_id)
         if generation_id != group.generation_id:
             raise GroupError(ILLEGAL_GENERATION, f"generation {generation_id} is not the group's {group.generation_id}")
-        if group.state is ClassicState.PREPARING_REBALANCE:
-            raise GroupError(REBALANCE_IN_PROGRESS, f"group {group_id} is rebalancing")
+        if group.state is ClassicState.COMPLETING_REBALANCE:  # CC1
+            raise GroupError(REBALANCE_IN_PROGRESS, f"group {group_id} is waiting for its assignment")
         return True
