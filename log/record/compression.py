@@ -200,7 +200,7 @@ def _snappy_decompress(data: bytes | bytearray | memoryview, limit: int) -> byte
     """Xerial-framed (or one raw) snappy; each block's stated size is checked against ``limit`` first."""
     view = memoryview(data)
     if bytes(view[:8]) != _XERIAL_MAGIC:
-        return _snappy_block(view, limit)
+        return _snappy_block(view, limit, limit)
     if len(view) < len(_XERIAL_HEADER):
         raise CorruptRecordError("snappy records section has a truncated xerial header")
     parts: list[bytes] = []
@@ -212,19 +212,20 @@ def _snappy_decompress(data: bytes | bytearray | memoryview, limit: int) -> byte
         pos += 4
         if size < 0 or pos + size > len(view):
             raise CorruptRecordError(f"snappy block of {size} bytes at {pos} runs past the records section")
-        block = _snappy_block(view[pos : pos + size], limit - total)
+        block = _snappy_block(view[pos : pos + size], limit - total, limit)
         total += len(block)
         parts.append(block)
         pos += size
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _snappy_block(block: memoryview, limit: int) -> bytes:
+def _snappy_block(block: memoryview, room: int, limit: int) -> bytes:
+    """One raw block, refused before decompressing when its stated length exceeds ``room`` (of ``limit``)."""
     try:
         size = cramjam.snappy.decompress_raw_len(block)
     except Exception as exc:
         raise CorruptRecordError(f"snappy block is corrupt: {exc}") from None
-    if size > limit:
+    if size > room:
         raise _too_large("snappy", limit)
     try:
         return bytes(cramjam.snappy.decompress_raw(block))
