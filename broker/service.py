@@ -89,7 +89,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     async def Fetch(self, request: Any, context: Any) -> Any:
         """A long poll: the reads run on the worker pool, the wait holds no thread (``controller.rpc_server``)."""
-        started = await self._call_blocking(fetch.begin, request, context)
+        started = await self._call_blocking(fetch.begin_grpc, request, context)
         if isinstance(started, fetch.PendingFetch):
             op = started.op
             wakeup = Wakeup()

@@ -15,8 +15,8 @@ Per partition: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER
 The answer is immediate when ``max_wait_ms`` <= 0, the data reaches ``min_bytes``, any partition has an
 error, or there is nothing to fetch; otherwise a :class:`~broker.delayed_fetch.DelayedFetch` waits (its
 docstring lists when it completes; ``max_wait_ms`` is capped at 300 s) and the partitions are read again.
-The gRPC service waits without a thread (:func:`begin`, then :func:`finish` once the operation completed:
-``broker.service``); :func:`handle` does all three on the calling thread.
+The gRPC service waits without a thread (:func:`begin_grpc`, then :func:`finish` once the operation
+completed: ``broker.service``); :func:`handle` does it all on the calling thread.
 
 A fetch with a ``replica_id`` must carry that broker's current broker epoch (``replica_epoch``), else every
 partition answers STALE_BROKER_EPOCH and nothing is read: a client cannot pose as a follower to move a
@@ -25,7 +25,9 @@ high watermark.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar, cast
 
 from broker.context import BrokerContext
 from broker.delayed_fetch import DelayedFetch, FetchStatus
@@ -39,8 +41,11 @@ WAIT_SLACK_S = 5.0
 MAX_WAIT_CAP_MS = 300_000  # a longer max_wait_ms is cut to this (STYLE.md §8: every request has a maximum)
 
 
+R = TypeVar("R")
+
+
 @dataclass(frozen=True, slots=True)
-class _Target:
+class Target:
     topic: str
     partition: int
     fetch_offset: int
@@ -48,15 +53,20 @@ class _Target:
     current_leader_epoch: int
 
 
+# reads every target within the limits: (response, bytes per target, whether any partition failed)
+ReadAll = Callable[[BrokerContext, int, "list[Target]", int, int], tuple[R, list[int], bool]]
+
+
 @dataclass(frozen=True, slots=True)
-class PendingFetch:
+class PendingFetch(Generic[R]):
     """A fetch waiting in the purgatory: once ``op`` completes, :func:`finish` reads again and answers."""
 
     op: DelayedFetch
     replica_id: int
     replica_epoch: int
-    targets: list[_Target]
+    targets: list[Target]
     max_bytes: int
+    read_all: ReadAll[R]
 
     @property
     def wait_s(self) -> float:
@@ -65,51 +75,63 @@ class PendingFetch:
 
 
 def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
-    """Fetch on the calling thread, waiting on it (the asynchronous server uses :func:`begin` and
-    :func:`finish` and waits without a thread)."""
-    started = begin(ctx, request)
-    if isinstance(started, pb.FetchResponse):
-        return started
+    """A gRPC Fetch on the calling thread, waiting on it (the asynchronous server uses :func:`begin_grpc` and
+    :func:`finish`, and waits without a thread)."""
+    refused = check_replica(ctx, request)
+    return refused if refused is not None else fetch(ctx, request, _read_all)
+
+
+def begin_grpc(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse | PendingFetch[pb.FetchResponse]:
+    """A gRPC Fetch up to its wait: :func:`check_replica`, then :func:`begin` with the gRPC reader."""
+    refused = check_replica(ctx, request)
+    return refused if refused is not None else begin(ctx, request, _read_all)
+
+
+def fetch(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) -> R:
+    """The fetch of the module docstring with ``read_all`` reading the partitions (the Kafka listener's
+    reader builds its own response, with file regions for sendfile); ``request`` is read by attribute.
+    Waits on the calling thread. No replica-epoch check here: callers that take ``replica_id`` from a
+    client check it first (:func:`check_replica`; the Kafka listener serves consumers only)."""
+    started = begin(ctx, request, read_all)
+    if not isinstance(started, PendingFetch):
+        return cast(R, started)
     if not started.op.wait(started.wait_s):
         started.op.expire()
     return finish(ctx, started)
 
 
-def begin(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse | PendingFetch:
+def begin(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) -> R | PendingFetch[R]:
     """The first read: the answer, or the fetch left waiting in the purgatory (see the module docstring)."""
-    refused = _check_replica(ctx, request)
-    if refused is not None:
-        return refused
     for_replica = request.replica_id >= 0
     limit = ctx.config.replica_fetch_response_max_bytes if for_replica else ctx.config.fetch_max_bytes
     max_bytes = min(request.max_bytes, limit) if request.max_bytes > 0 else limit
     targets = [
-        _Target(topic.name, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
+        Target(topic.name, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
         for topic in request.topics
         for p in topic.partitions
     ]
     starts = _positions(ctx, targets, for_replica)  # before the read: nothing that arrives after is missed
-    response, sizes, failed = _read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
+    response, sizes, failed = read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
     total = sum(sizes)
     if request.max_wait_ms <= 0 or total >= request.min_bytes or failed or not targets or total >= max_bytes:
         return response
     statuses = [
-        FetchStatus((t.topic, t.partition), t.fetch_offset, _partition_limit(t, max_bytes), start, size)
+        FetchStatus((t.topic, t.partition), t.fetch_offset, partition_limit(t, max_bytes), start, size)
         for t, start, size in zip(targets, starts, sizes, strict=True)
         if start is not None
     ]
     op = DelayedFetch(min(request.max_wait_ms, MAX_WAIT_CAP_MS), request.min_bytes, for_replica, statuses,
                       lambda key: ctx.replicas.partition(*key))  # fmt: skip
     ctx.replicas.fetch_purgatory.try_complete_else_watch(op, op.keys)
-    return PendingFetch(op, request.replica_id, request.replica_epoch, targets, max_bytes)
+    return PendingFetch(op, request.replica_id, request.replica_epoch, targets, max_bytes, read_all)
 
 
-def finish(ctx: BrokerContext, pending: PendingFetch) -> pb.FetchResponse:
+def finish(ctx: BrokerContext, pending: PendingFetch[R]) -> R:
     """The answer once the wait is over: every target read again."""
-    return _read_all(ctx, pending.replica_id, pending.targets, pending.max_bytes, pending.replica_epoch)[0]
+    return pending.read_all(ctx, pending.replica_id, pending.targets, pending.max_bytes, pending.replica_epoch)[0]
 
 
-def _check_replica(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse | None:
+def check_replica(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse | None:
     """A fetch that claims to come from broker ``replica_id`` must carry that broker's current epoch, as the
     metadata image has it (KIP-903's ``ReplicaEpoch``); otherwise STALE_BROKER_EPOCH for every partition and
     nothing is read, so no follower position and no high watermark moves on its word."""
@@ -134,11 +156,11 @@ def _check_replica(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResp
     return response
 
 
-def _partition_limit(target: _Target, max_bytes: int) -> int:
+def partition_limit(target: Target, max_bytes: int) -> int:
     return target.partition_max_bytes if target.partition_max_bytes > 0 else max_bytes
 
 
-def _positions(ctx: BrokerContext, targets: list[_Target], for_replica: bool) -> list[FetchPosition | None]:
+def _positions(ctx: BrokerContext, targets: list[Target], for_replica: bool) -> list[FetchPosition | None]:
     positions: list[FetchPosition | None] = []
     for target in targets:
         partition = ctx.replicas.partition(target.topic, target.partition)
@@ -147,7 +169,7 @@ def _positions(ctx: BrokerContext, targets: list[_Target], for_replica: bool) ->
 
 
 def _read_all(
-    ctx: BrokerContext, replica_id: int, targets: list[_Target], max_bytes: int, replica_epoch: int = -1
+    ctx: BrokerContext, replica_id: int, targets: list[Target], max_bytes: int, replica_epoch: int = -1
 ) -> tuple[pb.FetchResponse, list[int], bool]:
     """Read every target within the limits; ``(response, bytes per target, whether any failed)``."""
     response = pb.FetchResponse()
@@ -159,7 +181,7 @@ def _read_all(
         if topic is None:
             topic = topics[target.topic] = response.topics.add(name=target.topic)
         answer = topic.partitions.add(partition=target.partition)
-        size = _read_one(ctx, replica_id, target, min(_partition_limit(target, max_bytes), budget), min_one_batch,
+        size = _read_one(ctx, replica_id, target, min(partition_limit(target, max_bytes), budget), min_one_batch,
                          answer, replica_epoch)  # fmt: skip
         failed = failed or bool(answer.error.code)
         sizes.append(size)
@@ -170,7 +192,7 @@ def _read_all(
 
 
 def _read_one(
-    ctx: BrokerContext, replica_id: int, target: _Target, max_bytes: int, min_one_batch: bool,
+    ctx: BrokerContext, replica_id: int, target: Target, max_bytes: int, min_one_batch: bool,
     answer: pb.FetchPartitionResponse, replica_epoch: int = -1,
 ) -> int:  # fmt: skip
     """Read one partition into ``answer``; returns the bytes read."""
@@ -202,7 +224,7 @@ def _read_one(
     return len(records)
 
 
-def _fill_offsets(ctx: BrokerContext, target: _Target, answer: pb.FetchPartitionResponse) -> None:
+def _fill_offsets(ctx: BrokerContext, target: Target, answer: pb.FetchPartitionResponse) -> None:
     partition = ctx.replicas.partition(target.topic, target.partition)
     if partition is not None:
         answer.log_start_offset = partition.log_start_offset
