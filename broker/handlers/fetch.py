@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar, cast
+from typing import Generic, TypeVar
 
 from broker.context import BrokerContext
 from broker.delayed_fetch import DelayedFetch, FetchStatus
@@ -94,10 +94,11 @@ def fetch(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) ->
     client check it first (:func:`check_replica`; the Kafka listener serves consumers only)."""
     started = begin(ctx, request, read_all)
     if not isinstance(started, PendingFetch):
-        return cast(R, started)
-    if not started.op.wait(started.wait_s):
-        started.op.expire()
-    return finish(ctx, started)
+        return started
+    pending: PendingFetch[R] = started
+    if not pending.op.wait(pending.wait_s):
+        pending.op.expire()
+    return finish(ctx, pending)
 
 
 def begin(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) -> R | PendingFetch[R]:
