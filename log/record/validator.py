@@ -7,9 +7,10 @@ a producer's (rules V1-V6; ``tests/log/test_record_validator.py`` cites them):
 
 - V1. Not a control batch and not transactional (clients do not write transaction markers; transactions
   are not supported): INVALID_RECORD.
-- V2. Producer fields agree: ``producerId`` is -1 (then ``producerEpoch`` and ``baseSequence`` are -1
-  too) or >= 0 (then both are >= 0): INVALID_RECORD. (Kafka reads any negative id as "none"; Odradek
-  refuses ids below -1 and stray epochs or sequences, which no producer writes.)
+- V2. Producer fields agree: ``producerId`` is -1 (no producer: the epoch and sequence are not looked at,
+  as in Kafka; aiokafka, for one, writes sequence 0 there) or >= 0, and then ``producerEpoch`` and
+  ``baseSequence`` are >= 0: INVALID_RECORD. (Kafka reads any negative id as "none"; Odradek refuses ids
+  below -1, which no producer writes.)
 - V3. At least one record, and ``recordsCount = lastOffsetDelta + 1`` (a producer's batch is dense):
   INVALID_RECORD.
 - V4. The records section decompresses within ``max_decompressed_bytes`` (linear time, bounded memory:
@@ -94,12 +95,7 @@ def check_producer_header(header: BatchHeader, where: str) -> None:
     if header.is_transactional:
         raise InvalidRecordError(f"{where} is transactional: transactions are not supported")
     pid, epoch, seq = header.producer_id, header.producer_epoch, header.base_sequence
-    if pid == NO_PRODUCER_ID:
-        if epoch != -1 or seq != -1:
-            raise InvalidRecordError(
-                f"{where} has no producer id but producer epoch {epoch} and base sequence {seq}; both must be -1"
-            )
-    elif pid < 0 or epoch < 0 or seq < 0:
+    if pid != NO_PRODUCER_ID and (pid < 0 or epoch < 0 or seq < 0):
         raise InvalidRecordError(
             f"{where} has producer id {pid}, producer epoch {epoch} and base sequence {seq}: a producer id is -1 "
             f"or >= 0, and with one the epoch and sequence must be >= 0"

@@ -98,12 +98,19 @@ def test_v1_control_and_transactional_batches_are_refused() -> None:
 
 @pytest.mark.parametrize(
     ("producer_id", "epoch", "sequence"),
-    [(-1, 0, -1), (-1, -1, 7), (-2, -1, -1), (5, -1, 0), (5, 0, -1)],
+    [(-2, -1, -1), (-(2**63), 0, 0), (5, -1, 0), (5, 0, -1)],
 )
 def test_v2_producer_fields_must_agree(producer_id: int, epoch: int, sequence: int) -> None:
     batch = build_batch([b"v"], timestamp_ms=TS, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
     with pytest.raises(InvalidRecordError, match="producer"):
         validate(batch)
+
+
+@pytest.mark.parametrize(("epoch", "sequence"), [(-1, -1), (-1, 0), (0, 7)])
+def test_v2_without_a_producer_id_the_epoch_and_sequence_are_not_looked_at(epoch: int, sequence: int) -> None:
+    """As Kafka: aiokafka writes base sequence 0 in a batch without a producer id."""
+    batch = build_batch([b"v"], timestamp_ms=TS, producer_id=-1, producer_epoch=epoch, base_sequence=sequence)
+    assert validate(batch) == TS
 
 
 def test_v3_a_producer_batch_is_dense_and_not_empty() -> None:
