@@ -26,62 +26,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from broker.appends import PendingAppend
 from broker.config import BrokerConfig, effective_log_config
-from broker.delayed_produce import DelayedProduce, ProduceStatus
 from broker.log_manager import LogManager, TopicPartition
 from broker.purgatory import DelayedOperation, Purgatory
 from controller.image import ConfigResource, LocalReplicaChanges, MetadataImage, PartitionRegistration
 from controller.records import ConfigResourceType
-from log.append import AppendInfo
 from log.clock import Clock
 from replication.partition import Partition, Role
 
 logger = logging.getLogger(__name__)
 
-WAIT_SLACK_S = 5.0  # beyond the timeout, in case the purgatory's timer thread is late
-
-
-@dataclass(slots=True)
-class AppendResult:
-    """One partition of an :meth:`ReplicaManager.append_records`: the append's ``info``, or the exception
-    it raised (``exception``; nothing written); for acks=all, once waited, ``status`` says whether the ISR
-    got the records (``status.error`` "" when it did)."""
-
-    key: TopicPartition
-    info: AppendInfo | None = None
-    exception: Exception | None = None
-    status: ProduceStatus | None = None
-
-    @property
-    def replication_error(self) -> str:
-        """acks=all: the error code of the wait ("" once the ISR has the records, or not acks=all)."""
-        return "" if self.status is None else self.status.error
-
-
-class PendingAppend:
-    """What :meth:`ReplicaManager.append_records` did; :meth:`wait` (acks=all) until the ISR has it."""
-
-    def __init__(self, results: list[AppendResult], operation: DelayedProduce | None) -> None:
-        self.results = results
-        self._operation = operation
-
-    @property
-    def operation(self) -> DelayedProduce | None:
-        """The acks=all wait still in progress (None: nothing to wait for)."""
-        return self._operation
-
-    @property
-    def wait_s(self) -> float:
-        """How long to wait for the operation before expiring it (its own timer should have fired by then)."""
-        return 0.0 if self._operation is None else self._operation.delay_ms / 1000 + WAIT_SLACK_S
-
-    def wait(self) -> list[AppendResult]:
-        """Block until the DelayedProduce completed (bounded by its timeout plus :data:`WAIT_SLACK_S`, then
-        expired); returns ``results``."""
-        op = self._operation
-        if op is not None and not op.wait(op.delay_ms / 1000 + WAIT_SLACK_S):
-            op.expire()
-        return self.results
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +113,7 @@ class ReplicaManager:
 
     def append_records(
         self, entries: Sequence[tuple[Partition, bytes | memoryview]], acks: int, timeout_ms: float,
-        *, leader_epoch: int | None = None, wait: bool = True,
+        *, leader_epoch: int | None = None, wait: bool = True, hold: bool = True,
     ) -> PendingAppend:  # fmt: skip
         """Append each ``(partition, records)`` as leader, in order; for ``acks`` -1 park a DelayedProduce
         that waits for the ISR. See the module docstring. ``timeout_ms`` is one deadline for the whole call:
@@ -167,29 +122,14 @@ class ReplicaManager:
         ``leader_epoch``: the epoch the caller checked it leads in (the acks=all wait fails with
         NOT_LEADER_OR_FOLLOWER outside it); by default each partition's epoch just before its append.
         ``wait`` False: nobody will wait (acks=-1 still refuses an ISR below ``min.insync.replicas``), so no
-        DelayedProduce is parked.
+        DelayedProduce is parked. ``hold`` False: a thread that must not wait (the gRPC event loop) stops at
+        the first batch that would be held for its turn; :meth:`PendingAppend.resume` goes on from it later,
+        on a thread that may.
         """
         deadline_ms = self.clock.monotonic_ms() + timeout_ms  # one deadline: held batches, then the ISR wait
-        results: list[AppendResult] = []
-        for partition, records in entries:
-            result = AppendResult(partition.key)
-            results.append(result)
-            epoch = partition.leader_epoch if leader_epoch is None else leader_epoch  # before the append
-            try:
-                result.info = partition.append_as_leader(records, acks, deadline_ms=deadline_ms)
-            except Exception as exc:
-                result.exception = exc
-                continue
-            self.complete_delayed(partition.key)  # waiting fetches (and, with ISR = {leader}, produces)
-            if acks == -1 and wait:
-                result.status = ProduceStatus(partition.key, result.info.last_offset + 1, epoch)
-        statuses = [r.status for r in results if r.status is not None]
-        if not statuses:
-            return PendingAppend(results, None)
-        remaining_ms = max(0.0, deadline_ms - self.clock.monotonic_ms())
-        op = DelayedProduce(remaining_ms, statuses, lambda key: self.partition(*key))
-        done = self.produce_purgatory.try_complete_else_watch(op, op.keys)
-        return PendingAppend(results, None if done else op)
+        pending = PendingAppend(self, entries, acks, deadline_ms, leader_epoch, wait)
+        pending.run(hold)
+        return pending
 
     # --- start and stop ----------------------------------------------------------------------------
 

@@ -74,8 +74,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         return self._call(partial(metadata.handle, listener=self._listener), request, context)
 
     async def Produce(self, request: Any, context: Any) -> Any:
-        """The appends run on the worker pool; an acks=all wait holds no thread."""
-        started = await self._call_blocking(produce.begin, request, context)
+        """The appends run on the event loop itself (a worker thread costs two thread switches a request, as
+        much as validating a batch); a batch that must wait for its turn (S8) hands the rest of the request
+        to a worker; an acks=all wait holds no thread."""
+        try:
+            started = produce.begin(self._ctx, request, hold=False)
+        except Exception as exc:
+            logger.exception("broker %d: produce failed", self._ctx.broker_id)
+            await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {exc!r}")
+            raise
+        if isinstance(started, produce.PendingProduce) and started.pending.held:
+            started = await self._call_blocking(produce.resume, started, context)
         if isinstance(started, produce.PendingProduce):
             request.ClearField("topics")  # the records are written: free them while the ISR catches up
             op = started.pending.operation

@@ -406,7 +406,7 @@ class Partition:
     # ------------------------------------------------------------------------------------ writes
 
     def append_as_leader(
-        self, records: bytes | memoryview, acks: int, *, deadline_ms: float | None = None
+        self, records: bytes | memoryview, acks: int, *, deadline_ms: float | None = None, hold: bool = True
     ) -> AppendInfo:
         """Append a producer's batches, stamped with this leader's epoch.
 
@@ -420,12 +420,15 @@ class Partition:
 
         A batch only ahead of its producer's turn (S8) is held, the lock released, for at most
         ``sequence_wait_ms`` and never past ``deadline_ms`` (the request's, monotonic clock)
-        (:class:`~replication.sequence_wait.HeldBatchWait`).
+        (:class:`~replication.sequence_wait.HeldBatchWait`); with ``hold`` False its refusal is raised at once
+        instead (its ``ahead`` says it may be tried again by a thread that may wait).
         """
         if self._role is not Role.LEADER:  # before decoding anything (checked again under the lock)
             raise NotLeaderOrFollowerError(f"broker {self.local_broker_id} is not the leader of {self.key_str}")
         validated = self._log.validate(records)  # no lock needed: config, clock and bytes only
         with self._lock:
+            if not hold:
+                return self._append_as_leader_locked(validated, acks)
             return self._held.attempt(lambda: self._append_as_leader_locked(validated, acks), self, deadline_ms)
 
     def _append_as_leader_locked(self, validated: ValidatedAppend, acks: int) -> AppendInfo:

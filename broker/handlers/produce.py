@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from broker.appends import PendingAppend
 from broker.context import BrokerContext
 from broker.errors import INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION, error, error_of
 from broker.group.config import OFFSETS_TOPIC
 from broker.handlers.common import local_partition
-from broker.replica_manager import PendingAppend
 from proto import broker_pb2 as pb
 from replication.partition import Partition
 
@@ -47,8 +47,8 @@ class PendingProduce:
 
 
 def handle(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse:
-    """Produce on the calling thread, waiting on it for acks=all (the asynchronous server uses :func:`begin`
-    and :func:`finish` and waits without a thread)."""
+    """Produce on the calling thread, waiting on it for acks=all (the asynchronous server uses :func:`begin`,
+    :func:`resume` and :func:`finish`, and waits without a thread)."""
     started = begin(ctx, request)
     if isinstance(started, pb.ProduceResponse):
         return started
@@ -56,8 +56,17 @@ def handle(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse
     return finish(started)
 
 
-def begin(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse | PendingProduce:
-    """Every partition's append (see the module docstring): the answer, or the acks=all wait to finish."""
+def resume(ctx: BrokerContext, started: PendingProduce) -> pb.ProduceResponse | PendingProduce:
+    """After ``begin(..., hold=False)`` stopped at a batch held for its turn: the rest of the appends, on a
+    thread that may wait; then as :func:`begin`."""
+    started.pending.resume()
+    return started if started.pending.operation is not None else finish(started)
+
+
+def begin(ctx: BrokerContext, request: pb.ProduceRequest, *, hold: bool = True) -> pb.ProduceResponse | PendingProduce:
+    """Every partition's append (see the module docstring): the answer, or what is left to do: the acks=all
+    wait (``pending.operation``), or with ``hold`` False the appends from a batch held for its turn on
+    (``pending.held``: :func:`resume`)."""
     acks = request.acks
     response = pb.ProduceResponse()
     entries: list[tuple[Partition, bytes]] = []
@@ -86,9 +95,9 @@ def begin(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse 
     if not entries:
         return response
     timeout_ms = min(max(request.timeout_ms, 0), MAX_TIMEOUT_MS)
-    pending = ctx.replicas.append_records(entries, acks, timeout_ms)
+    pending = ctx.replicas.append_records(entries, acks, timeout_ms, hold=hold)
     started = PendingProduce(response, answers, pending)
-    return started if pending.operation is not None else finish(started)
+    return started if pending.held or pending.operation is not None else finish(started)
 
 
 def finish(started: PendingProduce) -> pb.ProduceResponse:

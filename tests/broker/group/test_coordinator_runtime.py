@@ -55,7 +55,9 @@ class FakePartition:
     def is_leader(self) -> bool:
         return self.role is Role.LEADER
 
-    def append_as_leader(self, batch: bytes, acks: int, *, deadline_ms: float | None = None) -> AppendInfo:
+    def append_as_leader(
+        self, batch: bytes, acks: int, *, deadline_ms: float | None = None, hold: bool = True
+    ) -> AppendInfo:
         if self.fail_with is not None:
             raise self.fail_with
         data = bytearray(batch)
