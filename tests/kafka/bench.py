@@ -82,14 +82,18 @@ def odradek_produce(bootstrap: str, topic: str, records: int) -> float:
 
 
 def confluent_consume(bootstrap: str, topic: str, records: int) -> float:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False})
+    # a local queue that never fills during a run: librdkafka pauses fetching above queued.min.messages and
+    # resumes on its own schedule, which would time the client's pacing rather than the broker
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                         "queued.min.messages": min(10 * records, 10_000_000), "queued.max.messages.kbytes": 2_000_000})  # fmt: skip
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    consume_batch = consumer.consume
     got = 0
     start = time.monotonic()
     deadline = start + WAIT_S
     try:
         while got < records and time.monotonic() < deadline:
-            for message in consumer.consume(10_000, 0.5):
+            for message in consume_batch(min(10_000, records - got), 0.5):  # never waits for more than are left
                 error = message.error()
                 assert error is None, error
                 got += 1
