@@ -85,7 +85,8 @@ def confluent_consume(bootstrap: str, topic: str, records: int) -> float:
     # a local queue that never fills during a run: librdkafka pauses fetching above queued.min.messages and
     # resumes on its own schedule, which would time the client's pacing rather than the broker
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                         "queued.min.messages": min(10 * records, 10_000_000), "queued.max.messages.kbytes": 2_000_000})  # fmt: skip
+                         "queued.min.messages": min(10 * records, 10_000_000),
+                         "queued.max.messages.kbytes": 2_000_000})  # fmt: skip
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     consume_batch = consumer.consume
     got = 0
