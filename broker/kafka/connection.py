@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import socket
 import struct
 from typing import Any
@@ -222,11 +223,20 @@ class Connection:
             self.sock.sendall(b"".join(pending))
 
     def _sendfile(self, region: FileRegion) -> None:
-        """The region's bytes from the page cache to the socket (Kafka's ``FileRecords.writeTo``)."""
-        self.sock.settimeout(None)  # os.sendfile needs a blocking socket; a dead peer ends it with an error
+        """The region's bytes from the page cache to the socket (Kafka's ``FileRecords.writeTo``). The socket
+        stays non-blocking: a client that stops reading for ``connections.max.idle.ms`` is dropped rather than
+        holding this thread."""
+        self.sock.settimeout(self.idle_timeout_s)  # O_NONBLOCK at the OS level: sendfile returns EAGAIN
         sent, out = 0, self.sock.fileno()
+        writable = select.poll()
+        writable.register(out, select.POLLOUT)
         while sent < region.size:
-            n = os.sendfile(out, region.fd, region.position + sent, min(region.size - sent, SENDFILE_CHUNK))
+            try:
+                n = os.sendfile(out, region.fd, region.position + sent, min(region.size - sent, SENDFILE_CHUNK))
+            except BlockingIOError:
+                if not writable.poll(self.idle_timeout_s * 1000):
+                    raise TimeoutError(f"the client read nothing for {self.idle_timeout_s:.0f} s") from None
+                continue
             if n == 0:  # the file shrank under us: the frame cannot be completed
                 raise ProtocolError(f"segment ended after {sent}/{region.size} bytes of a fetch response")
             sent += n
