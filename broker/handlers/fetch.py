@@ -52,9 +52,11 @@ def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
         for p in topic.partitions
     ]
     starts = _positions(ctx, targets, for_replica)  # before the read: nothing that arrives after is missed
-    response, sizes, failed = _read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
+    response, reads, failed = _read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
+    sizes = [len(data) for data in reads]
     total = sum(sizes)
     if request.max_wait_ms <= 0 or total >= request.min_bytes or failed or not targets or total >= max_bytes:
+        _count_out(ctx, targets, reads, for_replica)
         return response
     statuses = [
         FetchStatus((t.topic, t.partition), t.fetch_offset, _partition_limit(t, max_bytes), start, size)
@@ -66,7 +68,18 @@ def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
     purgatory = ctx.replicas.fetch_purgatory
     if not purgatory.try_complete_else_watch(op, op.keys) and not op.wait(op.delay_ms / 1000 + WAIT_SLACK_S):
         op.expire()
-    return _read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)[0]
+    response, reads, _ = _read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
+    _count_out(ctx, targets, reads, for_replica)
+    return response
+
+
+def _count_out(ctx: BrokerContext, targets: list[_Target], reads: list[bytes], for_replica: bool) -> None:
+    """Per-topic bytes (and records) out, for the answer actually sent (metrics on only)."""
+    if ctx.metrics is None:
+        return
+    for target, data in zip(targets, reads, strict=True):
+        if data:
+            ctx.metrics.topics.fetched(target.topic, data, for_replica=for_replica)
 
 
 def _partition_limit(target: _Target, max_bytes: int) -> int:
@@ -83,32 +96,32 @@ def _positions(ctx: BrokerContext, targets: list[_Target], for_replica: bool) ->
 
 def _read_all(
     ctx: BrokerContext, replica_id: int, targets: list[_Target], max_bytes: int, replica_epoch: int = -1
-) -> tuple[pb.FetchResponse, list[int], bool]:
-    """Read every target within the limits; ``(response, bytes per target, whether any failed)``."""
+) -> tuple[pb.FetchResponse, list[bytes], bool]:
+    """Read every target within the limits; ``(response, the records read per target, whether any failed)``."""
     response = pb.FetchResponse()
     topics: dict[str, pb.FetchTopicResponse] = {}
-    sizes: list[int] = []
+    reads: list[bytes] = []
     budget, min_one_batch, failed = max_bytes, True, False
     for target in targets:
         topic = topics.get(target.topic)
         if topic is None:
             topic = topics[target.topic] = response.topics.add(name=target.topic)
         answer = topic.partitions.add(partition=target.partition)
-        size = _read_one(ctx, replica_id, target, min(_partition_limit(target, max_bytes), budget), min_one_batch,
+        data = _read_one(ctx, replica_id, target, min(_partition_limit(target, max_bytes), budget), min_one_batch,
                          answer, replica_epoch)  # fmt: skip
         failed = failed or bool(answer.error.code)
-        sizes.append(size)
-        if size:
+        reads.append(data)
+        if data:
             min_one_batch = False
-            budget = max(0, budget - size)
-    return response, sizes, failed
+            budget = max(0, budget - len(data))
+    return response, reads, failed
 
 
 def _read_one(
     ctx: BrokerContext, replica_id: int, target: _Target, max_bytes: int, min_one_batch: bool,
     answer: pb.FetchPartitionResponse, replica_epoch: int = -1,
-) -> int:  # fmt: skip
-    """Read one partition into ``answer``; returns the bytes read."""
+) -> bytes:  # fmt: skip
+    """Read one partition into ``answer``; returns the records read (empty: none)."""
     answer.high_watermark = answer.last_stable_offset = answer.log_start_offset = answer.log_end_offset = -1
     answer.leader_epoch = -1
     try:
@@ -120,10 +133,10 @@ def _read_one(
     except OffsetOutOfRangeError as exc:
         answer.error.CopyFrom(error_of(exc))
         _fill_offsets(ctx, target, answer)
-        return 0
+        return b""
     except Exception as exc:
         answer.error.CopyFrom(error_of(exc))
-        return 0
+        return b""
     if read.high_watermark_moved:
         ctx.replicas.produce_purgatory.check_and_complete((target.topic, target.partition))
         ctx.replicas.fetch_purgatory.check_and_complete((target.topic, target.partition))
@@ -131,10 +144,10 @@ def _read_one(
     answer.log_start_offset = read.log_start_offset
     answer.log_end_offset = read.log_end_offset
     answer.leader_epoch = read.leader_epoch
-    records = read.records
+    records: bytes = read.records
     if records:
         answer.records = records
-    return len(records)
+    return records
 
 
 def _fill_offsets(ctx: BrokerContext, target: _Target, answer: pb.FetchPartitionResponse) -> None:

@@ -71,6 +71,8 @@ def _append(
     answer.base_offset = info.first_offset
     answer.log_append_time_ms = info.log_append_time
     answer.log_start_offset = info.log_start_offset
+    if ctx.metrics is not None:
+        ctx.metrics.topics.produced(topic, len(records), info.record_count)
     ctx.replicas.complete_delayed(partition.key)  # waiting fetches (and, with ISR = {leader}, produces)
     return ProduceStatus(partition.key, info.last_offset + 1, epoch)
 
