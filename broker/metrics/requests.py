@@ -5,8 +5,10 @@ Kafka's request names (``Produce``, ``Metadata``, ...; a Fetch is ``FetchConsume
 by its ``replica_id``, as Kafka's RequestMetrics tell them apart) are derived from the handler: the module
 name of a ``handle`` function (``broker.handlers.list_offsets`` -> ``ListOffsets``), else the function's
 own name (``forward.create_topics`` -> ``CreateTopics``). Errors are the Kafka error codes an answer
-carries: per partition for Produce and Fetch, the top-level ``error`` of the others; a handler that raised
-(gRPC status INTERNAL) counts as ``UNKNOWN_SERVER_ERROR``.
+carries anywhere in it, as Kafka's ``ErrorsPerSec`` counts a response's error counts: its top-level
+``error`` and those of its topics, partitions, groups... (the paths to every ``odradek.common.Error`` field
+are found once per response type from its descriptor); a handler that raised (gRPC status INTERNAL)
+counts as ``UNKNOWN_SERVER_ERROR``.
 
 Cost: the label children are looked up once and kept (one dict lookup per request or topic afterwards);
 an update is prometheus-client's locked add. Nothing here decodes records: message counts come from the
@@ -31,7 +33,8 @@ REQUEST_BUCKETS_MS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 500
 UNKNOWN_SERVER_ERROR = "UNKNOWN_SERVER_ERROR"
 _RECORDS_COUNT = struct.Struct(">i")  # recordsCount, at byte 57 of a RecordBatch v2 header
 _RECORDS_COUNT_OFFSET = 57
-_PARTITIONED = frozenset({"Produce", "FetchConsumer", "FetchFollower"})
+ERROR_MESSAGE = "odradek.common.Error"
+MAX_DEPTH = 4  # how deep error fields are looked for (a partition's error sits at depth 3)
 
 
 def request_name(function: Callable[..., Any]) -> str:
@@ -40,22 +43,56 @@ def request_name(function: Callable[..., Any]) -> str:
     return "".join(part.capitalize() for part in base.split("_"))
 
 
-def partition_error_codes(response: Any) -> Iterator[str]:
-    for topic in response.topics:
-        for partition in topic.partitions:
-            code = partition.error.code
-            if code:
-                yield code
+Path = tuple[tuple[str, bool], ...]  # (field name, repeated) from the response down to an Error field
 
 
-def top_level_error_codes(response: Any) -> Iterator[str]:
-    code = response.error.code
-    if code:
-        yield code
+def error_paths(descriptor: Any, depth: int = 0) -> list[Path]:
+    """Every path from a message type to its ``odradek.common.Error`` fields (through message fields only)."""
+    paths: list[Path] = []
+    for field in descriptor.fields:
+        if field.message_type is None or depth >= MAX_DEPTH:
+            continue
+        repeated = _is_repeated(field)
+        if field.message_type.full_name == ERROR_MESSAGE:
+            if not repeated:
+                paths.append(((field.name, False),))
+            continue
+        if field.message_type.GetOptions().map_entry:
+            continue
+        paths += [((field.name, repeated), *rest) for rest in error_paths(field.message_type, depth + 1)]
+    return paths
 
 
-def no_error_codes(response: Any) -> Iterator[str]:
-    return iter(())
+def _is_repeated(field: Any) -> bool:
+    label = getattr(field, "is_repeated", None)  # protobuf >= 6 has it; older ones: the label
+    return bool(label) if label is not None else field.label == field.LABEL_REPEATED
+
+
+def error_codes(message: Any, path: Path) -> Iterator[str]:
+    """The non-empty error codes at the end of ``path`` in ``message``."""
+    (name, repeated), rest = path[0], path[1:]
+    if not rest:
+        code = getattr(message, name).code
+        if code:
+            yield code
+    elif repeated:
+        for item in getattr(message, name):
+            yield from error_codes(item, rest)
+    else:
+        yield from error_codes(getattr(message, name), rest)
+
+
+class ErrorReader:
+    """The error codes of one response type (see the module docstring)."""
+
+    __slots__ = ("paths",)
+
+    def __init__(self, descriptor: Any) -> None:
+        self.paths = error_paths(descriptor)
+
+    def __call__(self, response: Any) -> Iterator[str]:
+        for path in self.paths:
+            yield from error_codes(response, path)
 
 
 class _Api:
@@ -67,7 +104,7 @@ class _Api:
         self.name = name
         self.requests = requests
         self.time_ms = time_ms
-        self.errors_of: Callable[[Any], Iterable[str]] | None = None  # chosen at the first answer
+        self.errors_of: ErrorReader | None = None  # made at the first answer
 
 
 class RequestMetrics:
@@ -110,7 +147,7 @@ class RequestMetrics:
         api.time_ms.observe((time.perf_counter() - started) * 1000.0)
         errors_of = api.errors_of
         if errors_of is None:
-            errors_of = api.errors_of = _error_reader(api.name, response)
+            errors_of = api.errors_of = ErrorReader(response.DESCRIPTOR)
         for code in errors_of(response):
             self._errors.labels(api.name, code).inc()
 
@@ -120,14 +157,6 @@ class RequestMetrics:
         api.requests.inc()
         api.time_ms.observe((time.perf_counter() - started) * 1000.0)
         self._errors.labels(api.name, UNKNOWN_SERVER_ERROR).inc()
-
-
-def _error_reader(name: str, response: Any) -> Callable[[Any], Iterable[str]]:
-    if name in _PARTITIONED:
-        return partition_error_codes
-    if "error" in response.DESCRIPTOR.fields_by_name:
-        return top_level_error_codes
-    return no_error_codes
 
 
 def count_records(data: bytes) -> int:
