@@ -27,6 +27,7 @@ from broker.handlers import (
     delete_groups,
     describe_cluster,
     describe_configs,
+    describe_log_dirs,
     fetch,
     find_coordinator,
     forward,
@@ -103,6 +104,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     def DescribeConfigs(self, request: Any, context: Any) -> Any:
         return self._call(describe_configs.handle, request, context)
+
+    def DescribeLogDirs(self, request: Any, context: Any) -> Any:
+        return self._call(describe_log_dirs.handle, request, context)
 
     def CreateTopics(self, request: Any, context: Any) -> Any:
         return self._call(forward.create_topics, request, context)
