@@ -44,8 +44,12 @@ def data(cluster: Cluster) -> Iterator[Admin]:
     admin = Admin({"bootstrap.servers": cluster.bootstrap_servers})
     admin.create_topics([NewTopic("orders", 3, 3), NewTopic("clicks", 2, 1)])
     for name, count in (("orders", 3), ("clicks", 2)):
-        cluster.wait_for(lambda n=name, c=count: all(p.leader >= 0 for p in admin.describe_topics([n])[n].partitions)
-                         and len(admin.describe_topics([n])[n].partitions) == c, WAIT_S, f"{name} to have leaders")  # fmt: skip
+
+        def led(topic: str = name, partitions: int = count) -> bool:
+            described = admin.describe_topics([topic])[topic].partitions
+            return len(described) == partitions and all(p.leader >= 0 for p in described)
+
+        cluster.wait_for(led, WAIT_S, f"{name} to have leaders")
     with Producer({"bootstrap.servers": cluster.bootstrap_servers}) as producer:
         sent = [
             producer.send("orders", key=b"user-1", value=json.dumps(ORDER).encode(), partition=0,
@@ -70,8 +74,10 @@ def write_timings() -> Iterator[None]:
     yield
     if TIMINGS:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        summary = {page: {"runs_ms": [round(v, 1) for v in values], "median_ms": round(sorted(values)[len(values) // 2], 1)}
-                   for page, values in TIMINGS.items()}  # fmt: skip
+        summary = {
+            page: {"runs_ms": [round(v, 1) for v in values], "median_ms": round(sorted(values)[len(values) // 2], 1)}
+            for page, values in TIMINGS.items()
+        }
         (ARTIFACTS / "timings.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
@@ -195,8 +201,8 @@ def test_a_topic_created_in_the_form_is_listed_by_the_cli(browser: Any, console:
     assert browser.current_url.endswith("/topics/made-in-the-browser")
     assert "Created topic made-in-the-browser" in browser.find_element(by().CSS_SELECTOR, ".flash").text
     screenshot(browser, "topic-created")
-    listed = subprocess.run([sys.executable, "-m", "odradek.cli", "topics", "list", "--bootstrap-servers",
-                             cluster.bootstrap_servers], capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    command = [sys.executable, "-m", "odradek.cli", "topics", "list", "--bootstrap-servers", cluster.bootstrap_servers]
+    listed = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
     assert "made-in-the-browser" in listed.stdout.split()
     described = data.describe_topics(["made-in-the-browser"])["made-in-the-browser"]
     assert len(described.partitions) == 4
