@@ -81,6 +81,7 @@ class IsrManager:
         return committed
 
     def _send(self, partition: Partition, request: AlterPartitionRequest) -> bool:
+        before = set(partition.isr)  # read now: the metadata thread may apply the change before the answer comes
         message = cpb.AlterPartitionRequest(
             broker_id=self.broker_id, broker_epoch=self._broker_epoch(), topic_id=partition.topic_id,
             partition=partition.partition, leader_epoch=request.leader_epoch,
@@ -101,7 +102,7 @@ class IsrManager:
             settled = response.error.code in SETTLING_ERRORS
             partition.on_isr_answer(request, False, (), -1, settled=settled)
             return False
-        before, after = set(partition.isr), set(response.isr)
+        after = set(response.isr)
         logger.info("broker %d: %s ISR %s -> %s (partition epoch %d)", self.broker_id, partition.key_str,
                     sorted(before), list(response.isr), response.partition_epoch)  # fmt: skip
         self.isr_shrinks += bool(before - after)

@@ -9,23 +9,67 @@ changes. The metadata thread publishes the new image only after this returns, so
 up with this broker as leader in a Metadata answer already accepts writes here; then every partition
 touched completes the delayed operations watching it (a leadership change answers waiting fetches and
 produces, which then answer from the new image).
+
+Appending (:meth:`ReplicaManager.append_records`, Kafka's ``appendRecords``): the one entry point for the
+produce handler and the group coordinator. Each partition's batches are appended as leader in the order
+given (a failure is that partition's and does not stop the others); the fetches waiting on it are woken;
+for acks=all a :class:`~broker.delayed_produce.DelayedProduce` is parked in the produce purgatory until the
+ISR has every appended batch, or its timeout. The caller waits on the returned :class:`PendingAppend`
+(outside its own locks: the coordinator appends under a shard lock and waits after releasing it).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from broker.config import BrokerConfig, effective_log_config
+from broker.delayed_produce import DelayedProduce, ProduceStatus
 from broker.log_manager import LogManager, TopicPartition
 from broker.purgatory import DelayedOperation, Purgatory
 from controller.image import ConfigResource, LocalReplicaChanges, MetadataImage, PartitionRegistration
 from controller.records import ConfigResourceType
+from log.append import AppendInfo
 from log.clock import Clock
 from replication.partition import Partition, Role
 
 logger = logging.getLogger(__name__)
+
+WAIT_SLACK_S = 5.0  # beyond the timeout, in case the purgatory's timer thread is late
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """One partition of an :meth:`ReplicaManager.append_records`: the append's ``info``, or the exception
+    it raised (``exception``; nothing written); for acks=all, once waited, ``status`` says whether the ISR
+    got the records (``status.error`` "" when it did)."""
+
+    key: TopicPartition
+    info: AppendInfo | None = None
+    exception: Exception | None = None
+    status: ProduceStatus | None = None
+
+    @property
+    def replication_error(self) -> str:
+        """acks=all: the error code of the wait ("" once the ISR has the records, or not acks=all)."""
+        return "" if self.status is None else self.status.error
+
+
+class PendingAppend:
+    """What :meth:`ReplicaManager.append_records` did; :meth:`wait` (acks=all) until the ISR has it."""
+
+    def __init__(self, results: list[AppendResult], operation: DelayedProduce | None) -> None:
+        self.results = results
+        self._operation = operation
+
+    def wait(self) -> list[AppendResult]:
+        """Block until the DelayedProduce completed (bounded by its timeout plus :data:`WAIT_SLACK_S`, then
+        expired); returns ``results``."""
+        op = self._operation
+        if op is not None and not op.wait(op.delay_ms / 1000 + WAIT_SLACK_S):
+            op.expire()
+        return self.results
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +138,40 @@ class ReplicaManager:
         for key in keys:
             self.fetch_purgatory.check_and_complete(key)
             self.produce_purgatory.check_and_complete(key)
+
+    # --- appends (request threads) -----------------------------------------------------------------
+
+    def append_records(
+        self, entries: Sequence[tuple[Partition, bytes | memoryview]], acks: int, timeout_ms: float,
+        *, leader_epoch: int | None = None, wait: bool = True,
+    ) -> PendingAppend:  # fmt: skip
+        """Append each ``(partition, records)`` as leader, in order; for ``acks`` -1 park a DelayedProduce
+        (``timeout_ms``) that waits for the ISR. See the module docstring.
+
+        ``leader_epoch``: the epoch the caller checked it leads in (the acks=all wait fails with
+        NOT_LEADER_OR_FOLLOWER outside it); by default each partition's epoch just before its append.
+        ``wait`` False: nobody will wait (acks=-1 still refuses an ISR below ``min.insync.replicas``), so no
+        DelayedProduce is parked.
+        """
+        results: list[AppendResult] = []
+        for partition, records in entries:
+            result = AppendResult(partition.key)
+            results.append(result)
+            epoch = partition.leader_epoch if leader_epoch is None else leader_epoch  # before the append
+            try:
+                result.info = partition.append_as_leader(records, acks)
+            except Exception as exc:
+                result.exception = exc
+                continue
+            self.complete_delayed(partition.key)  # waiting fetches (and, with ISR = {leader}, produces)
+            if acks == -1 and wait:
+                result.status = ProduceStatus(partition.key, result.info.last_offset + 1, epoch)
+        statuses = [r.status for r in results if r.status is not None]
+        if not statuses:
+            return PendingAppend(results, None)
+        op = DelayedProduce(timeout_ms, statuses, lambda key: self.partition(*key))
+        done = self.produce_purgatory.try_complete_else_watch(op, op.keys)
+        return PendingAppend(results, None if done else op)
 
     # --- start and stop ----------------------------------------------------------------------------
 

@@ -1,6 +1,18 @@
-"""The leader's view of follower progress and the high watermark it derives: rules HW1-HW7, listed in
-``replication/partition.py``'s module docstring (Kafka's ``Partition.maybeIncrementLeaderHW``,
-``Replica.updateFetchStateOrThrow``).
+"""The leader's view of follower progress and the high watermark it derives.
+
+High-watermark rules (Kafka's ``Partition.maybeIncrementLeaderHW``, ``UnifiedLog.maybeIncrementHighWatermark``
+and ``Replica.updateFetchStateOrThrow``; the tests in ``tests/broker/test_partition.py`` cite them):
+
+* HW1. The high watermark is the smallest log end offset over the ISR (the leader's own included).
+* HW2. The high watermark never goes back: a smaller candidate leaves it where it is.
+* HW3. ``log_start_offset <= high_watermark <= log_end_offset`` of the leader, always.
+* HW4. A follower's log end offset is the fetch offset of its latest Fetch request; an ISR member that has
+  not fetched since this broker became leader has an unknown offset (-1) and holds the high watermark.
+* HW5. With the ISR = {leader} the high watermark is the leader's log end offset after every append.
+* HW6. A follower is caught up at a fetch whose offset reaches the leader's log end offset as it was at the
+  follower's previous fetch (``last_caught_up_ms``, what ISR shrinking reads; Kafka's KIP-501 rule).
+* HW7. A fetch from a new life of a follower (another broker epoch) starts its progress afresh: what the
+  previous life reported says nothing of the log the broker came back with (KIP-903).
 """
 
 from __future__ import annotations

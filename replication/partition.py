@@ -1,25 +1,17 @@
-"""One partition on one broker: its log, its role, epochs, replicas, ISR and high watermark.
+"""One partition on one broker: its role, the registration it follows, replicas, ISR and high watermark.
 
-Two layers (STYLE.md §1):
+The pieces, each in its own module (STYLE.md §1):
 
-* :class:`HighWatermark` -- the leader's rules for follower progress and the high watermark, a plain class
-  with no I/O, no threads and no clock of its own (times are passed in).
-* :class:`Partition` -- the owner of one :class:`~log.log.Log` and of a :class:`HighWatermark`: appends as
-  leader, reads for consumers and followers, role changes from the metadata image, epoch checks.
+* :class:`~replication.unified_log.UnifiedLog` -- the log with its producer state and leader-epoch cache
+  (Kafka's ``UnifiedLog``): producer-state checks and updates on every append, epochs, truncation;
+* :class:`~replication.high_watermark.HighWatermark` (HW1-HW7) and :class:`~replication.isr.IsrState`
+  (ISR1-ISR7) -- the leader's rules, pure;
+* :class:`~replication.sequence_wait.HeldBatchWait` -- the bounded wait of a producer's batch that arrived
+  ahead of its turn (``log.producer_state`` S8);
+* :class:`~replication.fetch_positions.AppendedBytes` -- byte positions for DelayedFetch.
 
-High-watermark rules (Kafka's ``Partition.maybeIncrementLeaderHW``, ``UnifiedLog.maybeIncrementHighWatermark``
-and ``Replica.updateFetchStateOrThrow``; the tests in ``tests/broker/test_partition.py`` cite them):
-
-* HW1. The high watermark is the smallest log end offset over the ISR (the leader's own included).
-* HW2. The high watermark never goes back: a smaller candidate leaves it where it is.
-* HW3. ``log_start_offset <= high_watermark <= log_end_offset`` of the leader, always.
-* HW4. A follower's log end offset is the fetch offset of its latest Fetch request; an ISR member that has
-  not fetched since this broker became leader has an unknown offset (-1) and holds the high watermark.
-* HW5. With the ISR = {leader} the high watermark is the leader's log end offset after every append.
-* HW6. A follower is caught up at a fetch whose offset reaches the leader's log end offset as it was at the
-  follower's previous fetch (``last_caught_up_ms``, what ISR shrinking reads; Kafka's KIP-501 rule).
-* HW7. A fetch from a new life of a follower (another broker epoch) starts its progress afresh: what the
-  previous life reported says nothing of the log the broker came back with (KIP-903).
+:class:`Partition` owns one of each and drives them: appends as leader, reads for consumers and followers,
+role changes from the metadata image, epoch checks, follower truncation and appends.
 
 Error names are Kafka's: NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, FENCED_LEADER_EPOCH,
 UNKNOWN_LEADER_EPOCH, plus whatever the log raises (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, OFFSET_OUT_OF_RANGE).
@@ -29,25 +21,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from collections.abc import Iterable, Mapping
 
-from log import producer_state_file
 from log.append import AppendInfo
 from log.clock import Clock
 from log.config import LogConfig
 from log.errors import StorageError
 from log.log import Log
-from log.producer_state import (
-    BatchMetadata,
-    ExpirySchedule,
-    OutOfOrderSequenceError,
-    ProducerEntry,
-    ProducerStateManager,
-    UnknownProducerIdError,
-)
-from log.record.header import BatchHeader, iter_batches
-from replication import epoch_store
+from log.producer_state import ProducerEntry
 from replication.epoch_cache import EpochEndOffset
 from replication.errors import (
     FencedLeaderEpochError,
@@ -56,10 +37,17 @@ from replication.errors import (
     PartitionError,
     UnknownLeaderEpochError,
 )
+from replication.fetch_positions import MAX_PENDING_POSITIONS, AppendedBytes
 from replication.high_watermark import UNKNOWN_OFFSET, HighWatermark, ReplicaProgress
 from replication.isr import AlterPartitionRequest, IsrState, may_join, out_of_sync
+from replication.sequence_wait import SEQUENCE_POLL_S, SEQUENCE_WAIT_MS, HeldBatchWait
 from replication.timestamps import offset_of_max_timestamp
-from replication.truncation import TruncationDecision, decide
+from replication.truncation import TruncationDecision
+from replication.unified_log import (
+    PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+    PRODUCER_ID_EXPIRATION_MS,
+    UnifiedLog,
+)
 from replication.views import FetchPosition, PartitionRead, Registration, Role
 
 logger = logging.getLogger(__name__)
@@ -70,19 +58,14 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 ISR_RESEND_MS = 1_000.0  # an unsettled AlterPartition is sent again after this long
-MAX_PENDING_POSITIONS = 100_000  # appends above the high watermark whose byte positions are remembered
-PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (Kafka's default, KIP-854)
-PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000  # producer.id.expiration.check.interval.ms
-# Sequence order (log.producer_state S8): a producer's batch that is only ahead of its turn is held, up to
-# this long by the partition's clock, until the batches before it are written. Kafka's broker handles one
-# connection's requests one at a time; a gRPC server hands a connection's calls to a pool of threads, so two
-# requests the producer sent in order (odradek.sender) may reach the partition in the other order, the
-# earlier one a moment later. A gap that stays (its batches lost, or refused) is then refused as usual.
-SEQUENCE_WAIT_MS = 500.0
-SEQUENCE_POLL_S = 0.05  # a held batch reads the clock again at least this often (a ManualClock moves by hand)
 
 
 __all__ = [
+    "MAX_PENDING_POSITIONS",
+    "PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS",
+    "PRODUCER_ID_EXPIRATION_MS",
+    "SEQUENCE_POLL_S",
+    "SEQUENCE_WAIT_MS",
     "UNKNOWN_OFFSET",
     "FetchPosition",
     "PartitionRead",
@@ -92,6 +75,7 @@ __all__ = [
     "HighWatermark",
     "NotEnoughReplicasError",
     "NotLeaderOrFollowerError",
+    "Partition",
     "PartitionError",
     "ReplicaProgress",
     "UnknownLeaderEpochError",
@@ -133,7 +117,10 @@ class Partition:
         self.local_broker_id = local_broker_id
         self._clock = clock
         self._lock = threading.Condition(threading.Lock())  # notified after every leader append (S8 holds)
-        self._log = log
+        self._log = UnifiedLog(
+            log, clock, producer_id_expiration_ms=producer_id_expiration_ms,
+            producer_id_expiration_check_interval_ms=producer_id_expiration_check_interval_ms,
+        )  # fmt: skip
         self._role = Role.NONE
         self._leader_id = NO_LEADER
         self._leader_epoch = NO_EPOCH
@@ -141,25 +128,13 @@ class Partition:
         self._replicas: tuple[int, ...] = ()
         self._isr: tuple[int, ...] = ()
         self._high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
-        self._epochs = epoch_store.load_or_rebuild(log)  # leader-epoch-checkpoint (EC1-EC3)
         self._leader_state: HighWatermark | None = None
         self._isr_state: IsrState | None = None  # leader only: the committed ISR and the pending change
         self._leader_since_ms = 0.0
         self._isr_sent_ms = 0.0
         self._epoch_start_offset = 0
-        # Byte positions, for DelayedFetch's "enough bytes arrived" test: cumulative bytes appended since
-        # open, at the log end and at the high watermark; appends above the HW wait in _pending.
-        self._appended_bytes = 0
-        self._hw_bytes = 0
-        self._pending: deque[tuple[int, int]] = deque()
-        # Idempotent producers (log.producer_state): rebuilt from a snapshot and the log tail; snapshots
-        # when the log rolls and at close.
-        self._producers: ProducerStateManager = producer_state_file.load(log)
-        self._producer_expiry = ExpirySchedule(
-            producer_id_expiration_ms, producer_id_expiration_check_interval_ms, clock.time_ms()
-        )
-        self._segment_base = log.active_segment_base_offset
-        self._sequence_wait_ms = sequence_wait_ms
+        self._bytes = AppendedBytes()  # byte positions for DelayedFetch
+        self._held = HeldBatchWait(self._lock, clock, sequence_wait_ms)  # S8
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, {self._role}, epoch {self._leader_epoch})"
@@ -172,7 +147,7 @@ class Partition:
 
     @property
     def log(self) -> Log:
-        return self._log
+        return self._log.log
 
     @property
     def role(self) -> Role:
@@ -236,8 +211,7 @@ class Partition:
                 return False
             is_new_term = self._role is not Role.LEADER or reg.leader_epoch != self._leader_epoch
             self._set_registration(reg, Role.LEADER)
-            if self._epochs.assign(reg.leader_epoch, self._log.log_end_offset):
-                epoch_store.save(self._log, self._epochs)  # persisted before the epoch's first write
+            self._log.assign_epoch(reg.leader_epoch, self._log.log_end_offset)  # saved before the epoch's first write
             if is_new_term or self._leader_state is None or self._isr_state is None:
                 self._leader_state = HighWatermark.start(
                     self.local_broker_id, reg.replicas, reg.isr, self._high_watermark, self._log.log_end_offset
@@ -310,7 +284,7 @@ class Partition:
             self._set_registration(reg, Role.FOLLOWER)
             self._leader_state = None
             self._isr_state = None
-            self._lock.notify_all()  # held batches (S8) fail now: no longer the leader
+            self._held.wake()  # held batches (S8) fail now: no longer the leader
             return True
 
     # ---------------------------------------------------------------------------------- follower
@@ -319,12 +293,12 @@ class Partition:
     def latest_epoch(self) -> int:
         """The newest leader epoch in this replica's log (what a follower asks OffsetsForLeaderEpoch about)."""
         with self._lock:
-            return self._epochs.latest_epoch
+            return self._log.latest_epoch
 
     def decide_truncation(self, asked_epoch: int, answer: EpochEndOffset) -> TruncationDecision:
         """Where to truncate given the leader's OffsetsForLeaderEpoch ``answer`` (TR2-TR6)."""
         with self._lock:
-            return decide(self._epochs, asked_epoch, answer, self._log.log_start_offset, self._log.log_end_offset)
+            return self._log.decide_truncation(asked_epoch, answer)
 
     def truncate_as_follower(self, offset: int, leader_epoch: int) -> bool:
         """Cut the log at ``offset`` after an OffsetsForLeaderEpoch answer (TR2-TR6), while still the
@@ -337,10 +311,7 @@ class Partition:
                 logger.error("%s: truncation to %d below the high watermark %d", self, offset, self._high_watermark)
                 offset = self._high_watermark
             if self._log.truncate_to(offset):
-                self._reset_positions()
-                producer_state_file.reload_to(self._log, self._producers)
-            if self._epochs.truncate_from_end(self._log.log_end_offset):
-                epoch_store.save(self._log, self._epochs)
+                self._bytes.reset()
             return True
 
     def restart_at(self, offset: int, leader_epoch: int) -> bool:
@@ -349,11 +320,8 @@ class Partition:
             if self._role is not Role.FOLLOWER or self._leader_epoch != leader_epoch:
                 return False
             self._log.truncate_fully_and_start_at(offset)
-            producer_state_file.reload_to(self._log, self._producers)
-            self._epochs.clear()
-            epoch_store.save(self._log, self._epochs)
             self._high_watermark = offset
-            self._reset_positions()
+            self._bytes.reset()
             return True
 
     def append_as_follower(self, records: bytes, leader_high_watermark: int, leader_epoch: int) -> AppendInfo | None:
@@ -365,30 +333,11 @@ class Partition:
                 return None
             info = self._log.append_as_follower(records) if records else None
             if info is not None:
-                if self._epochs_from_batches(info.batch_headers):
-                    epoch_store.save(self._log, self._epochs)
-                for header in info.batch_headers:
-                    self._producers.update(header, header.base_offset)
-                self._after_producer_updates()
-                self._appended_bytes += info.size_bytes
+                self._bytes.on_follower_append(info.size_bytes)
             hw = min(leader_high_watermark, self._log.log_end_offset)
             self._high_watermark = max(self._high_watermark, hw, self._log.log_start_offset)
-            self._hw_bytes = (
-                self._appended_bytes if self._high_watermark >= self._log.log_end_offset else self._hw_bytes
-            )
+            self._bytes.on_follower_high_watermark(self._high_watermark, self._log.log_end_offset)
             return info
-
-    def _epochs_from_batches(self, headers: Iterable[BatchHeader]) -> bool:
-        changed = False
-        for header in headers:
-            epoch = header.partition_leader_epoch
-            if epoch >= 0 and epoch > self._epochs.latest_epoch:
-                changed |= self._epochs.assign(epoch, header.base_offset)
-        return changed
-
-    def _reset_positions(self) -> None:
-        self._pending.clear()
-        self._hw_bytes = self._appended_bytes
 
     def _is_stale(self, reg: Registration) -> bool:
         stale = reg.leader_epoch < self._leader_epoch or (
@@ -414,28 +363,22 @@ class Partition:
         with self._lock:
             if config == self._log.config or self._log.closed:
                 return
-            directory = self._log.dir
-            self._log.close()
-            self._log = Log.open(directory, config, self._clock)
-            self._segment_base = self._log.active_segment_base_offset
+            self._log.reopen(config)
 
     def delete_old_segments(self) -> int:
         """Retention (time, size, log start), never past the high watermark; returns the segments deleted."""
         with self._lock:
             if self._role is Role.NONE or self._log.closed:
                 return 0
-            count = self._log.delete_retention(high_watermark=self._high_watermark)
+            count = self._log.delete_retention(self._high_watermark)
             if count:
                 self._sync_high_watermark()
-                if self._epochs.truncate_from_start(self._log.log_start_offset):
-                    epoch_store.save(self._log, self._epochs)
             return count
 
     def flush(self) -> None:
         """fsync what the log holds (skipped once closed)."""
         with self._lock:
-            if not self._log.closed:
-                self._log.flush()
+            self._log.flush()
 
     def close(self) -> None:
         """Flush and close the log (clean-shutdown marker); the partition serves nothing afterwards."""
@@ -443,10 +386,8 @@ class Partition:
             self._role = Role.NONE
             self._leader_state = None
             self._isr_state = None
-            if not self._log.closed:
-                producer_state_file.take_snapshot(self._log, self._producers)
             self._log.close()
-            self._lock.notify_all()  # held batches (S8) fail now
+            self._held.wake()  # held batches (S8) fail now
 
     # ------------------------------------------------------------------------------------ writes
 
@@ -460,26 +401,11 @@ class Partition:
         INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID), checked on the batch headers before the append. A
         retried batch already written is answered with its original offsets and not appended again (S5).
 
-        Sequence order: a batch only ahead of its producer's turn (S8) is held, the lock released, until the
-        batches before it are written, for at most ``sequence_wait_ms`` of the partition's clock; every
-        leader append wakes the held ones to check again (a role change is seen at the next check).
+        A batch only ahead of its producer's turn (S8) is held, the lock released, for at most
+        ``sequence_wait_ms`` (:class:`~replication.sequence_wait.HeldBatchWait`).
         """
         with self._lock:
-            deadline: float | None = None
-            while True:
-                try:
-                    return self._append_as_leader_locked(records, acks)
-                except (OutOfOrderSequenceError, UnknownProducerIdError) as refusal:
-                    if not refusal.ahead:
-                        raise
-                    now = self._clock.monotonic_ms()
-                    if deadline is None:
-                        deadline = now + self._sequence_wait_ms
-                    if now >= deadline:
-                        logger.debug("%s: a batch ahead of its turn waited %.0f ms in vain: %s", self,
-                                     self._sequence_wait_ms, refusal)  # fmt: skip
-                        raise
-                    self._lock.wait(min((deadline - now) / 1000, SEQUENCE_POLL_S))
+            return self._held.attempt(lambda: self._append_as_leader_locked(records, acks), self)
 
     def _append_as_leader_locked(self, records: bytes | memoryview, acks: int) -> AppendInfo:
         """``append_as_leader`` under the lock, once; wakes the batches held for their turn (S8)."""
@@ -490,47 +416,19 @@ class Partition:
             raise NotEnoughReplicasError(
                 f"{self.key_str}: the ISR {list(self._isr)} is smaller than min.insync.replicas={min_isr}"
             )
-        headers = [header for _, header in iter_batches(records, validate=False)]
-        verdict = self._producers.check_append(headers)  # S1-S7: a refusal writes nothing
-        if verdict.duplicate is not None:
-            return self._duplicate_info(verdict.duplicate)
-        info = self._log.append(records, leader_epoch=self._leader_epoch)
-        self._track_producers(headers, info)
-        self._appended_bytes += info.size_bytes
-        self._pending.append((info.last_offset + 1, self._appended_bytes))
+        info = self._log.append_as_leader(records, self._leader_epoch)
+        if not info.batch_headers:
+            return info  # a retried batch already written (S5): nothing appended
+        self._bytes.on_leader_append(info.last_offset + 1, info.size_bytes)
         self._leader_state.on_leader_append(self._log.log_end_offset)
         self._sync_high_watermark()
-        self._lock.notify_all()
+        self._held.wake()
         return info
-
-    def _duplicate_info(self, batch: BatchMetadata) -> AppendInfo:
-        """A retried batch already in the log (S5): its original offsets, nothing appended."""
-        count = batch.last_offset - batch.first_offset + 1
-        return AppendInfo(
-            batch.first_offset, batch.last_offset, -1, batch.first_offset, -1, self._log.log_start_offset, count, 0
-        )
-
-    def _track_producers(self, headers: list[BatchHeader], info: AppendInfo) -> None:
-        """After a leader append: the producers' batches with the offsets the log gave them."""
-        offset = info.first_offset
-        stamp = info.log_append_time if info.log_append_time >= 0 else None
-        for header in headers:
-            self._producers.update(header, offset, stamp)
-            offset += header.last_offset_delta + 1
-        self._after_producer_updates()
-
-    def _after_producer_updates(self) -> None:
-        self._producers.map_end_offset = self._log.log_end_offset
-        base = self._log.active_segment_base_offset
-        if base != self._segment_base:  # the log rolled: snapshot (Kafka's takeSnapshot on roll)
-            self._segment_base = base
-            producer_state_file.take_snapshot(self._log, self._producers)
-        self._producer_expiry.maybe_expire(self._producers, self._clock.time_ms())
 
     def producer_entries(self) -> dict[int, ProducerEntry]:
         """The idempotent producers' state of this replica, by producer id (tests, tools)."""
         with self._lock:
-            return dict(self._producers.entries)
+            return self._log.producer_entries()
 
     def acks_status(self, required_offset: int, leader_epoch: int) -> tuple[bool, str]:
         """For acks=all (Kafka's ``checkEnoughReplicasReachOffset``): ``(done, error code)``.
@@ -553,12 +451,7 @@ class Partition:
         if self._leader_state is not None:
             self._high_watermark = max(self._high_watermark, self._leader_state.high_watermark)
         self._high_watermark = min(self._high_watermark, self._log.log_end_offset)
-        while self._pending and self._pending[0][0] <= self._high_watermark:
-            self._hw_bytes = self._pending.popleft()[1]
-        while len(self._pending) > MAX_PENDING_POSITIONS:
-            self._hw_bytes = self._pending.popleft()[1]  # over the bound: positions get coarser, never wrong
-        if self._high_watermark >= self._log.log_end_offset:
-            self._hw_bytes = self._appended_bytes
+        self._bytes.on_high_watermark(self._high_watermark, self._log.log_end_offset)
         # Retention or DeleteRecords may move the log start past a follower's HW: Kafka moves the HW up.
         self._high_watermark = max(self._high_watermark, self._log.log_start_offset)
         assert self._log.log_start_offset <= self._high_watermark <= self._log.log_end_offset, "HW3"
@@ -583,7 +476,7 @@ class Partition:
             raise NotLeaderOrFollowerError(f"broker {self.local_broker_id} is not the leader of {self.key_str}")
         if replica_id >= 0 and (replica_id == self.local_broker_id or replica_id not in self._replicas):
             raise NotLeaderOrFollowerError(f"broker {replica_id} is not a follower of {self.key_str}")
-        return self._log, self._high_watermark, self._leader_epoch
+        return self._log.log, self._high_watermark, self._leader_epoch
 
     def read(
         self,
@@ -607,9 +500,9 @@ class Partition:
         try:
             data = log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
         except StorageError:
-            if log is self._log:  # not closed by a config change's reopen: a real storage error
+            if log is self._log.log:  # not closed by a config change's reopen: a real storage error
                 raise
-            data = self._log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+            data = self._log.log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
         moved = False
         if replica_id >= 0:
             with self._lock:
@@ -625,19 +518,22 @@ class Partition:
         the offset where it ends; raises the epoch errors and NotLeaderOrFollowerError."""
         with self._lock:
             self._leader_snapshot(current_leader_epoch, -1)
-            return self._epochs.end_offset_for(leader_epoch, self._log.log_end_offset)
+            return self._log.end_offset_for(leader_epoch)
 
     @property
     def leader_epoch_entries(self) -> tuple[tuple[int, int], ...]:
         """The leader-epoch cache: ``(leader_epoch, start_offset)`` pairs."""
         with self._lock:
-            return tuple((e.leader_epoch, e.start_offset) for e in self._epochs.entries)
+            return tuple((e.leader_epoch, e.start_offset) for e in self._log.epoch_entries)
 
     def fetch_position(self, for_replica: bool) -> FetchPosition:
         """Where readers of each kind stand now (DelayedFetch compares two of these)."""
         with self._lock:
             leo = self._log.log_end_offset
-            offset, appended = (leo, self._appended_bytes) if for_replica else (self._high_watermark, self._hw_bytes)
+            positions = self._bytes
+            offset, appended = (
+                (leo, positions.appended) if for_replica else (self._high_watermark, positions.at_high_watermark)
+            )
             return FetchPosition(self._role, self._leader_epoch, offset, appended, self._log.log_start_offset, leo)
 
     def offset_for_timestamp(

@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from broker.delayed_produce import DelayedProduce, ProduceStatus
 from broker.group import errors as E
 from broker.group.config import OFFSETS_TOPIC, GroupConfig, partition_for
 from broker.group.errors import GroupError
@@ -39,7 +38,7 @@ from broker.group.model import ConsumerGroup
 from broker.group.records import CoordinatorRecord, decode_record
 from broker.group.shard import GroupShard, Records, TopicsView
 from broker.metadata_cache import MetadataCache
-from broker.replica_manager import ReplicaManager
+from broker.replica_manager import AppendResult, PendingAppend, ReplicaManager
 from log.clock import Clock
 from log.record.builder import build_batch
 from log.record.reader import iter_batches_with_records
@@ -51,7 +50,6 @@ T = TypeVar("T")
 TICK_S = 0.1
 LOAD_ATTEMPTS = 3
 LOAD_RETRY_S = 0.5
-WAIT_SLACK_S = 5.0
 
 # how a failed append of coordinator records answers (Kafka's GroupMetadataManager mapping)
 _WRITE_ERRORS = {
@@ -297,40 +295,38 @@ class GroupCoordinator:
             saved: dict[str, ConsumerGroup | None] = shard.core.save(group_ids)
             try:
                 result, records = op(shard.core)
-                status = self._append(shard, records) if records else None
+                pending = self._append(shard, records, wait) if records else None
             except BaseException:
                 shard.core.restore(saved)
                 raise
-        if status is not None and wait:
-            self._await(status)
+        if pending is not None and wait:
+            self._await(pending)
         return result
 
-    def _append(self, shard: _Shard, records: list[CoordinatorRecord]) -> ProduceStatus:
+    def _append(self, shard: _Shard, records: list[CoordinatorRecord], wait: bool) -> PendingAppend:
         partition = self._replicas.partition(OFFSETS_TOPIC, shard.partition)
         if partition is None or not partition.is_leader or partition.leader_epoch != shard.leader_epoch:
             raise GroupError(E.NOT_COORDINATOR, f"broker {self.broker_id} no longer leads "
                              f"{OFFSETS_TOPIC}-{shard.partition}")  # fmt: skip
         encoded = [r.encode() for r in records]
         batch = build_batch([v for _, v in encoded], keys=[k for k, _ in encoded], timestamp_ms=self.clock.time_ms())
-        try:
-            info = partition.append_as_leader(batch, acks=-1)
-        except Exception as exc:
+        timeout_ms = self.config.offsets_commit_timeout_ms  # the acks=all wait (see _await)
+        pending = self._replicas.append_records(
+            [(partition, batch)], -1, timeout_ms, leader_epoch=shard.leader_epoch, wait=wait
+        )
+        exc = pending.results[0].exception
+        if exc is not None:
             code = str(getattr(exc, "code", ""))
             why = f"writing to {partition.key_str}: {exc}"
             raise GroupError(_WRITE_ERRORS.get(code, "UNKNOWN_SERVER_ERROR"), why) from None
-        self._replicas.complete_delayed(partition.key)
-        return ProduceStatus(partition.key, info.last_offset + 1, shard.leader_epoch)
+        return pending
 
-    def _await(self, status: ProduceStatus) -> None:
+    def _await(self, pending: PendingAppend) -> None:
         """acks=all: until the high watermark passes the records, bounded by ``offsets.commit.timeout.ms``."""
-        timeout_ms = self.config.offsets_commit_timeout_ms
-        op = DelayedProduce(timeout_ms, [status], lambda key: self._replicas.partition(*key))
-        purgatory = self._replicas.produce_purgatory
-        if not purgatory.try_complete_else_watch(op, op.keys) and not op.wait(timeout_ms / 1000 + WAIT_SLACK_S):
-            op.expire()
-        if status.error:
-            why = f"the write to {status.key[0]}-{status.key[1]} was not replicated: {status.error}"
-            raise GroupError(_WRITE_ERRORS.get(status.error, E.COORDINATOR_NOT_AVAILABLE), why)
+        result: AppendResult = pending.wait()[0]
+        if result.replication_error:
+            why = f"the write to {result.key[0]}-{result.key[1]} was not replicated: {result.replication_error}"
+            raise GroupError(_WRITE_ERRORS.get(result.replication_error, E.COORDINATOR_NOT_AVAILABLE), why)
 
 
 def _expire_op(group_id: str, retention: bool) -> Callable[[GroupShard], tuple[None, Records]]:

@@ -11,30 +11,31 @@ connection's calls to several threads) is held by the partition until the earlie
 bounded time (``log.producer_state`` S8, ``replication.partition``): the partitions of a request are
 appended in the order the request lists them, which the producer keeps the same in every request.
 
-acks=0 and acks=1 answer after the leader append (the client ignores the acks=0 answer); acks=-1 parks a
-:class:`~broker.delayed_produce.DelayedProduce` until every appended partition's high watermark passes its
-batch, or ``timeout_ms`` (capped at 300 s). Each ``records`` field is read once: protobuf copies bytes on every access.
+acks=0 and acks=1 answer after the leader append (the client ignores the acks=0 answer); acks=-1 waits
+until every appended partition's high watermark passes its batch, or ``timeout_ms`` (capped at 300 s): the
+appends and the wait go through :meth:`broker.replica_manager.ReplicaManager.append_records`. Each
+``records`` field is read once: protobuf copies bytes on every access.
 """
 
 from __future__ import annotations
 
 from broker.context import BrokerContext
-from broker.delayed_produce import DelayedProduce, ProduceStatus
 from broker.errors import INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION, error, error_of
 from broker.group.config import OFFSETS_TOPIC
 from broker.handlers.common import local_partition
 from proto import broker_pb2 as pb
+from replication.partition import Partition
 
 VALID_ACKS = (0, 1, -1)
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
-WAIT_SLACK_S = 5.0  # beyond timeout_ms, in case the timer thread is late
 MAX_TIMEOUT_MS = 300_000  # a longer timeout_ms is cut to this (STYLE.md §8: every request has a maximum)
 
 
 def handle(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse:
     acks = request.acks
     response = pb.ProduceResponse()
-    waiting: list[tuple[ProduceStatus, pb.ProducePartitionResponse]] = []
+    entries: list[tuple[Partition, bytes]] = []
+    answers: list[pb.ProducePartitionResponse] = []
     for topic_data in request.topics:
         topic_response = response.topics.add(name=topic_data.name)
         for data in topic_data.partitions:
@@ -49,46 +50,33 @@ def handle(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse
                 why = f"cannot append to internal topic {topic_data.name}"
                 answer.error.CopyFrom(error(INVALID_TOPIC_EXCEPTION, why))
                 continue
-            status = _append(ctx, topic_data.name, data.partition, records, acks, answer)
-            if status is not None and acks == -1:
-                waiting.append((status, answer))
-    if waiting:
-        _wait_for_replication(ctx, request.timeout_ms, waiting)
+            try:
+                partition = local_partition(ctx, topic_data.name, data.partition)
+            except Exception as exc:
+                answer.error.CopyFrom(error_of(exc))
+                continue
+            entries.append((partition, records))
+            answers.append(answer)
+    if not entries:
+        return response
+    timeout_ms = min(max(request.timeout_ms, 0), MAX_TIMEOUT_MS)
+    results = ctx.replicas.append_records(entries, acks, timeout_ms).wait()
+    metrics = ctx.metrics
+    for result, answer, (_, records) in zip(results, answers, entries, strict=True):
+        if result.exception is not None:
+            answer.error.CopyFrom(error_of(result.exception))
+            continue
+        assert result.info is not None
+        if metrics is not None:
+            metrics.topics.produced(result.key[0], len(records), result.info.record_count)
+        answer.base_offset = result.info.first_offset
+        answer.log_append_time_ms = result.info.log_append_time
+        answer.log_start_offset = result.info.log_start_offset
+        if result.replication_error:
+            code = result.replication_error
+            why = _WHY.get(code, "acks=all not satisfied")
+            answer.error.CopyFrom(error(code, f"{result.key[0]}-{result.key[1]}: {why}"))
     return response
-
-
-def _append(
-    ctx: BrokerContext, topic: str, number: int, records: bytes, acks: int, answer: pb.ProducePartitionResponse
-) -> ProduceStatus | None:
-    """Append one partition's batches; fills ``answer``; the status to wait on, or None after an error."""
-    try:
-        partition = local_partition(ctx, topic, number)
-        epoch = partition.leader_epoch  # before the append: a change in between fails acks=all safely
-        info = partition.append_as_leader(records, acks)
-    except Exception as exc:
-        answer.error.CopyFrom(error_of(exc))
-        return None
-    answer.base_offset = info.first_offset
-    answer.log_append_time_ms = info.log_append_time
-    answer.log_start_offset = info.log_start_offset
-    if ctx.metrics is not None:
-        ctx.metrics.topics.produced(topic, len(records), info.record_count)
-    ctx.replicas.complete_delayed(partition.key)  # waiting fetches (and, with ISR = {leader}, produces)
-    return ProduceStatus(partition.key, info.last_offset + 1, epoch)
-
-
-def _wait_for_replication(
-    ctx: BrokerContext, timeout_ms: int, waiting: list[tuple[ProduceStatus, pb.ProducePartitionResponse]]
-) -> None:
-    statuses = [status for status, _ in waiting]
-    op = DelayedProduce(min(max(timeout_ms, 0), MAX_TIMEOUT_MS), statuses, lambda key: ctx.replicas.partition(*key))
-    purgatory = ctx.replicas.produce_purgatory
-    if not purgatory.try_complete_else_watch(op, op.keys) and not op.wait(op.delay_ms / 1000 + WAIT_SLACK_S):
-        op.expire()
-    for status, answer in waiting:
-        if status.error:
-            why = _WHY.get(status.error, "acks=all not satisfied")
-            answer.error.CopyFrom(error(status.error, f"{status.key[0]}-{status.key[1]}: {why}"))
 
 
 _WHY = {

@@ -16,6 +16,7 @@ from broker.group.records import decode_record
 from broker.group.shard import Heartbeat, OffsetCommit
 from broker.metadata_cache import MetadataCache
 from broker.purgatory import Purgatory
+from broker.replica_manager import ReplicaManager
 from controller.image import MetadataImage, PartitionRegistration, TopicImage, frozen_map
 from log.append import AppendInfo
 from log.clock import ManualClock
@@ -78,6 +79,8 @@ class FakeReplicas:
 
     def complete_delayed(self, *keys: object) -> None:
         return None
+
+    append_records = ReplicaManager.append_records  # the real entry point, over this fake's partition
 
 
 def metadata() -> MetadataCache:

@@ -1,0 +1,206 @@
+"""A partition replica's log with what lives beside it: producer state and the leader-epoch cache (Kafka's
+``UnifiedLog``: the ``Log`` of ``log/``, the ``ProducerStateManager`` of ``log.producer_state`` and the
+``LeaderEpochFileCache`` of ``replication.epoch_cache``, kept in step on every append, truncation and
+retention).
+
+On a leader append the idempotent producers' batch headers are checked first (``log.producer_state``
+S1-S7: a refusal writes nothing, a retried batch already written is answered with its original offsets
+and not appended again, S5), then the batches are appended and the producers' entries updated with the
+offsets the log gave them. A follower append updates the same state from the replicated headers, so a
+follower that becomes leader knows every producer (and their epochs, EC1).
+
+Producer-state snapshots are taken when the log rolls and at close (Kafka's ``takeSnapshot``); expiry runs
+with appends (``producer.id.expiration.ms``, checked every ``producer.id.expiration.check.interval.ms``).
+
+Ordering that matters: a truncation cuts the log first, then reloads the producer state and cuts and saves
+the epoch cache (the file never names an epoch start beyond the log end that a crash could leave; a stale
+one is dropped on load, EC3).
+
+Thread-safety: none of its own; the owning :class:`~replication.partition.Partition` calls it under its
+lock (the :class:`~log.log.Log` itself is thread-safe, so readers use ``log`` directly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from log import producer_state_file
+from log.append import AppendInfo
+from log.clock import Clock
+from log.config import LogConfig
+from log.log import Log
+from log.producer_state import BatchMetadata, ExpirySchedule, ProducerEntry, ProducerStateManager
+from log.record.header import BatchHeader, iter_batches
+from replication import epoch_store
+from replication.epoch_cache import EpochEndOffset, EpochEntry
+from replication.truncation import TruncationDecision, decide
+
+PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (Kafka's default, KIP-854)
+PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000  # producer.id.expiration.check.interval.ms
+
+
+class UnifiedLog:
+    """One replica's :class:`Log`, its producer state and its leader-epoch cache; see the module docstring."""
+
+    def __init__(
+        self,
+        log: Log,
+        clock: Clock,
+        *,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+        producer_id_expiration_check_interval_ms: int = PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+    ) -> None:
+        self._log = log
+        self._clock = clock
+        self._epochs = epoch_store.load_or_rebuild(log)  # leader-epoch-checkpoint (EC1-EC3)
+        # Idempotent producers (log.producer_state): rebuilt from a snapshot and the log tail.
+        self._producers: ProducerStateManager = producer_state_file.load(log)
+        self._producer_expiry = ExpirySchedule(
+            producer_id_expiration_ms, producer_id_expiration_check_interval_ms, clock.time_ms()
+        )
+        self._segment_base = log.active_segment_base_offset
+
+    # ------------------------------------------------------------------------------------- state
+
+    @property
+    def log(self) -> Log:
+        return self._log
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log.log_start_offset
+
+    @property
+    def config(self) -> LogConfig:
+        return self._log.config
+
+    @property
+    def closed(self) -> bool:
+        return self._log.closed
+
+    def reopen(self, config: LogConfig) -> None:
+        """Use ``config`` from now on: the log is closed (clean) and opened again with it."""
+        directory = self._log.dir
+        self._log.close()
+        self._log = Log.open(directory, config, self._clock)
+        self._segment_base = self._log.active_segment_base_offset
+
+    # ------------------------------------------------------------------------------------ appends
+
+    def append_as_leader(self, records: bytes | memoryview, leader_epoch: int) -> AppendInfo:
+        """Check the producers' batches (S1-S7, raising their errors with nothing written), then append them
+        stamped with ``leader_epoch``; a whole retried batch answers with its original offsets (S5) and no
+        ``batch_headers`` (nothing written)."""
+        headers = [header for _, header in iter_batches(records, validate=False)]
+        verdict = self._producers.check_append(headers)  # S1-S7: a refusal writes nothing
+        if verdict.duplicate is not None:
+            return self._duplicate_info(verdict.duplicate)
+        info = self._log.append(records, leader_epoch=leader_epoch)
+        offset = info.first_offset
+        stamp = info.log_append_time if info.log_append_time >= 0 else None
+        for header in headers:
+            self._producers.update(header, offset, stamp)
+            offset += header.last_offset_delta + 1
+        self._after_producer_updates()
+        return info
+
+    def append_as_follower(self, records: bytes) -> AppendInfo:
+        """Append a leader's batches as they are (offsets and epochs kept); note their epochs (EC1) and
+        producers."""
+        info = self._log.append_as_follower(records)
+        if self._epochs_from_batches(info.batch_headers):
+            epoch_store.save(self._log, self._epochs)
+        for header in info.batch_headers:
+            self._producers.update(header, header.base_offset)
+        self._after_producer_updates()
+        return info
+
+    def _duplicate_info(self, batch: BatchMetadata) -> AppendInfo:
+        """A retried batch already in the log (S5): its original offsets, nothing appended."""
+        count = batch.last_offset - batch.first_offset + 1
+        return AppendInfo(
+            batch.first_offset, batch.last_offset, -1, batch.first_offset, -1, self._log.log_start_offset, count, 0
+        )
+
+    def _after_producer_updates(self) -> None:
+        self._producers.map_end_offset = self._log.log_end_offset
+        base = self._log.active_segment_base_offset
+        if base != self._segment_base:  # the log rolled: snapshot (Kafka's takeSnapshot on roll)
+            self._segment_base = base
+            producer_state_file.take_snapshot(self._log, self._producers)
+        self._producer_expiry.maybe_expire(self._producers, self._clock.time_ms())
+
+    def _epochs_from_batches(self, headers: Iterable[BatchHeader]) -> bool:
+        changed = False
+        for header in headers:
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and epoch > self._epochs.latest_epoch:
+                changed |= self._epochs.assign(epoch, header.base_offset)
+        return changed
+
+    def producer_entries(self) -> dict[int, ProducerEntry]:
+        return dict(self._producers.entries)
+
+    # ------------------------------------------------------------------------------------ epochs
+
+    def assign_epoch(self, leader_epoch: int, start_offset: int) -> None:
+        """``leader_epoch`` starts at ``start_offset`` (EC1); the file is saved when that changed it."""
+        if self._epochs.assign(leader_epoch, start_offset):
+            epoch_store.save(self._log, self._epochs)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs.latest_epoch
+
+    @property
+    def epoch_entries(self) -> tuple[EpochEntry, ...]:
+        return self._epochs.entries
+
+    def end_offset_for(self, leader_epoch: int) -> EpochEndOffset:
+        """EC2: the largest epoch ``<= leader_epoch`` in this log and the offset where it ends."""
+        return self._epochs.end_offset_for(leader_epoch, self._log.log_end_offset)
+
+    def decide_truncation(self, asked_epoch: int, answer: EpochEndOffset) -> TruncationDecision:
+        """TR2-TR6: where to truncate given the leader's OffsetsForLeaderEpoch ``answer``."""
+        return decide(self._epochs, asked_epoch, answer, self._log.log_start_offset, self._log.log_end_offset)
+
+    # ------------------------------------------------------------------ truncation and retention
+
+    def truncate_to(self, offset: int) -> bool:
+        """Cut the log at ``offset``, then the producer state and the epoch cache; True when the log changed."""
+        truncated = self._log.truncate_to(offset)
+        if truncated:
+            producer_state_file.reload_to(self._log, self._producers)
+        if self._epochs.truncate_from_end(self._log.log_end_offset):
+            epoch_store.save(self._log, self._epochs)
+        return truncated
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop the whole log; it starts (empty) at ``offset``; no producers, no epochs."""
+        self._log.truncate_fully_and_start_at(offset)
+        producer_state_file.reload_to(self._log, self._producers)
+        self._epochs.clear()
+        epoch_store.save(self._log, self._epochs)
+
+    def delete_retention(self, high_watermark: int) -> int:
+        """Retention (time, size, log start), never past ``high_watermark``; the segments deleted."""
+        count = self._log.delete_retention(high_watermark=high_watermark)
+        if count and self._epochs.truncate_from_start(self._log.log_start_offset):
+            epoch_store.save(self._log, self._epochs)
+        return count
+
+    # ------------------------------------------------------------------------------ flush, close
+
+    def flush(self) -> None:
+        if not self._log.closed:
+            self._log.flush()
+
+    def close(self) -> None:
+        """Snapshot the producers and close the log (clean-shutdown marker); safe twice."""
+        if not self._log.closed:
+            producer_state_file.take_snapshot(self._log, self._producers)
+        self._log.close()
