@@ -137,9 +137,11 @@ class ComposeBackend:
         healthy (unless ``wait`` is false). ``*_config``: ``--config`` pairs for every broker / controller."""
         rng = random.Random(os.getpid() ^ time.monotonic_ns())  # names and ports only
         project = project or f"odradek-chaos-{rng.randrange(16**6):06x}"
-        ports = free_host_ports(BROKERS)
+        ports = free_host_ports(BROKERS + 2)
+        ports, (prometheus_port, console_port) = ports[:BROKERS], ports[BROKERS:]
         env = dict(os.environ)
         env.update({f"ODRADEK_BROKER_{i}_PORT": str(port) for i, port in enumerate(ports)})
+        env["ODRADEK_PROMETHEUS_PORT"], env["ODRADEK_CONSOLE_PORT"] = str(prometheus_port), str(console_port)
         env["ODRADEK_SUBNET"] = free_subnet(rng)
         env["ODRADEK_PUBLISH_HOST"] = env["ODRADEK_ADVERTISED_HOST"] = EXTERNAL_HOST
         env["ODRADEK_BROKER_ARGS"] = " ".join(f"--config {k}={v}" for k, v in (broker_config or {}).items())
@@ -173,6 +175,16 @@ class ComposeBackend:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"{EXTERNAL_HOST}:{port}" for port in self._broker_ports)
+
+    @property
+    def prometheus_url(self) -> str:
+        """The compose file's Prometheus server, as published on the host."""
+        return f"http://{EXTERNAL_HOST}:{self._env.get('ODRADEK_PROMETHEUS_PORT', '9090')}"
+
+    @property
+    def console_url(self) -> str:
+        """The compose file's web console, as published on the host."""
+        return f"http://{EXTERNAL_HOST}:{self._env.get('ODRADEK_CONSOLE_PORT', '8080')}"
 
     @property
     def capabilities(self) -> frozenset[Capability]:

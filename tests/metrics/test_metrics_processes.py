@@ -8,6 +8,8 @@ controller). Waits are bounded polls of the scrape.
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -211,3 +213,24 @@ def test_a_killed_leader_counts_an_election_on_the_active_controller(cluster: Cl
         assert check(cluster.brokers[leader].address, timeout_s=1.0) == UNREACHABLE
     finally:
         cluster.start_broker(leader)
+
+
+def test_the_dashboard_and_alerts_use_metrics_the_nodes_serve(cluster: Cluster) -> None:
+    cluster.create_topic("watched", partitions=1, replication_factor=3)
+    produce(cluster, "watched", 5)
+    with admin(cluster) as a:
+        a.alter_group_offsets("watchers", {TopicPartition("watched", 0): 2})
+
+    def served() -> set[str] | None:
+        names = {name for proc in cluster.controllers + cluster.brokers for name, _ in scrape(proc.metrics_address)}
+        return names if "kafka_consumergroup_lag" in names else None
+
+    names: set[str] = cluster.wait_for(served, WAIT_S, "the group's lag in a scrape")
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    dashboard = json.loads((deploy / "grafana" / "odradek-dashboard.json").read_text())
+    expressions = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert len(expressions) > 30
+    expressions += re.findall(r"expr: (.+)", (deploy / "prometheus" / "alerts.yml").read_text())
+    used = {m for e in expressions for m in re.findall(r"\b(?:kafka|process)_[a-z0-9_]+", e)}
+    missing = sorted(used - names)
+    assert not missing, f"the dashboard or the alerts use metrics no node serves: {missing}"
