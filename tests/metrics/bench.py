@@ -9,6 +9,10 @@ partitions with replication factor 3 on each. Then ``--pairs`` pairs of ``odrade
 (acks=all), one on each cluster, alternating which goes first; while the metrics cluster is measured, its
 4 endpoints are scraped every ``--scrape-interval`` seconds, as Prometheus would. Prints each pair's
 throughputs and their ratio (on / off), and the median ratio: the figure (goal >= 0.95).
+
+It also prints what the request path's metrics work costs in isolation (``--micro-only`` skips the
+clusters): a Produce request's dispatch-point work (count, time, error walk) and its per-topic byte
+counters, and a consumer Fetch's (with the record count from the batch headers), in microseconds each.
 """
 
 from __future__ import annotations
@@ -60,6 +64,41 @@ class Scraper(threading.Thread):
             self.stop.wait(self.interval_s)
 
 
+def micro_costs_us(iterations: int = 200_000) -> dict[str, float]:
+    """Microseconds per request of the metrics work a Produce and a Fetch do (one partition each)."""
+    from prometheus_client import CollectorRegistry
+
+    from broker.handlers import fetch, produce
+    from broker.metrics.requests import RequestMetrics, TopicMetrics
+    from log.record import build_batch
+    from proto import broker_pb2 as pb
+
+    registry = CollectorRegistry()
+    requests, topics = RequestMetrics(registry), TopicMetrics(registry)
+    answer = pb.ProduceResponse()
+    answer.topics.add(name="t").partitions.add(partition=0, base_offset=1)
+    fetched = pb.FetchResponse()
+    fetched.topics.add(name="t").partitions.add(partition=0)
+    request = pb.FetchRequest(replica_id=-1)
+    batches = b"".join(build_batch([b"x" * 100] * 100, timestamp_ms=1, base_offset=i * 100) for i in range(16))
+    def produce_work() -> None:
+        requests.record(produce.handle, request, answer, 0.0)
+        topics.produced("t", 16384, 150)
+
+    def fetch_work() -> None:
+        requests.record(fetch.handle, request, fetched, 0.0)
+        topics.fetched("t", batches, for_replica=False)
+
+    costs = {}
+    for name, work in (("produce_us", produce_work), ("fetch_us", fetch_work)):
+        work()
+        started = time.perf_counter()
+        for _ in range(iterations):
+            work()
+        costs[name] = (time.perf_counter() - started) / iterations * 1e6
+    return costs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=6)
@@ -67,7 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record-size", type=int, default=100)
     parser.add_argument("--scrape-interval", type=float, default=5.0)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--micro-only", action="store_true", help="only the per-request costs, no clusters")
     args = parser.parse_args(argv)
+    micro = micro_costs_us()
+    print(f"metrics work per request: Produce {micro['produce_us']:.2f} us, consumer Fetch of 16 batches "
+          f"{micro['fetch_us']:.2f} us", flush=True)  # fmt: skip
+    if args.micro_only:
+        return 0
     root = Path(tempfile.mkdtemp(prefix="odradek-metrics-bench-"))
     env = cli_env(root / "state")
     ups: list[UpProcess] = []
@@ -110,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             "median_on": statistics.median(p["on"] for p in pairs),
             "median_off": statistics.median(p["off"] for p in pairs),
             "scrapes": scraper.scrapes, "mean_scrape_bytes": scraper.bytes // max(1, scraper.scrapes),
-            "num_records": args.num_records, "record_size": args.record_size,
+            "num_records": args.num_records, "record_size": args.record_size, **micro,
         }  # fmt: skip
         print(f"metrics on / off, produce throughput: median ratio {summary['median_ratio']:.3f} "
               f"(mean {summary['mean_ratio']:.3f}) over {args.pairs} pairs; median on "
