@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from odradek.cli_support import add_bootstrap_option, bootstrap_servers, open_admin, reaching
+from odradek.cli_support import add_bootstrap_option, bootstrap_servers, format_size, open_admin, reaching
 from odradek.errors import CliError, OdradekError
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def render(doc: dict[str, Any], clock_text: str) -> str:
     ]
     rows = [["TOPIC", "PARTITIONS", "RECORDS/S", "BYTES/S", "END OFFSETS", "SIZE"]]
     rows += [[t["topic"], str(t["partitions"]), _rate(t["records_per_sec"]), _bytes_rate(t["bytes_per_sec"]),
-              f"{t['end_offsets']:,}", _size(t["size_bytes"])] for t in doc["topics"]]  # fmt: skip
+              f"{t['end_offsets']:,}", format_size(t["size_bytes"])] for t in doc["topics"]]  # fmt: skip
     lines.append(_table(rows) if doc["topics"] else "(no topics)")
     lines.append("")
     rows = [["GROUP", "STATE", "MEMBERS", "LAG", "CONSUMED/S"]]
@@ -168,19 +168,8 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
-def _size(value: int | None) -> str:
-    if value is None:
-        return "?"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
-
-
 def _bytes_rate(value: float | None) -> str:
-    return "-" if value is None else _size(int(value)) + "/s"
+    return "-" if value is None else format_size(int(value)) + "/s"
 
 
 def run(args: argparse.Namespace) -> int:

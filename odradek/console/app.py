@@ -27,6 +27,7 @@ from flask import Flask, flash, g, redirect, render_template, request, url_for
 from markupsafe import Markup
 from werkzeug.wrappers import Response
 
+from odradek.cli_support import format_size
 from odradek.console.charts import line_chart
 from odradek.console.lag import LagSampler
 from odradek.console.messages import FORMATS, browse, render
@@ -164,17 +165,6 @@ def _start(form: Mapping[str, str]) -> dict[str, int]:
             moment = moment.replace(tzinfo=datetime.UTC)
         return {"timestamp_ms": int(moment.timestamp() * 1000)}
     return {}
-
-
-def format_size(value: int | None) -> str:
-    if value is None:
-        return "?"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
 
 
 def format_timestamp(ms: int | None) -> str:

@@ -43,20 +43,14 @@ def add_console_parser(commands: Any) -> None:
 
 def read_properties(path: str) -> dict[str, str]:
     """A Kafka-style properties file as a dict; :class:`CliError` naming the file and line when it is bad."""
+    from odradek.console.model import parse_configs
+
     try:
-        text = Path(path).read_text()
+        return parse_configs(Path(path).read_text())
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
-    props: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            raise CliError(f"{path} line {number}: expected key=value, got {line!r}")
-        props[key.strip()] = value.strip()
-    return props
+    except ValueError as exc:
+        raise CliError(f"{path} {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -218,11 +218,12 @@ class ClusterView:
 
 
 def parse_configs(text: str) -> dict[str, str]:
-    """``key=value`` lines (blank lines and ``#`` comments skipped) as a dict; ValueError naming a bad line."""
+    """``key=value`` lines (blank lines and ``#`` or ``!`` comments skipped, as in a Kafka properties file) as a
+    dict; ValueError naming a bad line."""
     configs: dict[str, str] = {}
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        if not line or line.startswith("#"):
+        if not line or line[0] in "#!":
             continue
         key, sep, value = line.partition("=")
         if not sep or not key.strip():

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from odradek.console.app import _start, format_number, format_size, format_timestamp
+from odradek.cli_support import format_size
+from odradek.console.app import _start, format_number, format_timestamp
 from odradek.console.charts import line_chart
 from odradek.console.cli import read_properties
 from odradek.console.lag import LagSampler
@@ -122,6 +123,7 @@ def test_the_browse_start_comes_from_the_form() -> None:
 
 def test_formatting_filters() -> None:
     assert [format_size(v) for v in (None, 0, 1023, 2048, 5 << 20)] == ["?", "0 B", "1023 B", "2.0 KiB", "5.0 MiB"]
+    assert format_size(3 << 40) == "3.0 TiB"
     assert format_timestamp(1_700_000_000_123) == "2023-11-14 22:13:20.123Z"
     assert format_timestamp(-1) == "-"
     assert format_number(1234567) == "1,234,567"
