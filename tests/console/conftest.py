@@ -29,6 +29,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 APT_TIMEOUT_S = 900
 START_TIMEOUT_S = 60.0
+DRIVER_COMMAND_TIMEOUT_S = 90
 
 
 def install_chromium() -> str | None:
@@ -60,7 +61,10 @@ def browser() -> Iterator[Any]:
                      "--window-size=1400,1000", "--force-device-scale-factor=1", "--lang=en-US"):  # fmt: skip
         options.add_argument(argument)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    # every command to the driver is bounded (selenium's default is the socket default: no bound at all)
+    driver.command_executor.client_config.timeout = DRIVER_COMMAND_TIMEOUT_S
     driver.set_page_load_timeout(60)
+    driver.set_script_timeout(30)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:
         yield driver

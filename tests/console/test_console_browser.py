@@ -96,14 +96,16 @@ def load(browser: Any, console: ConsoleProcess, path: str, shot: str | None = No
 
 
 def click(browser: Any, element_id: str) -> None:
-    """Click a submit button and wait (bounded) until the page it leads to has replaced this one."""
-    from selenium.webdriver.support import expected_conditions
+    """Click a submit button and wait (bounded) until the page it leads to has loaded: a mark left on this
+    page's window is gone with it (the driver may answer with errors while the pages change)."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    page = browser.find_element(by().TAG_NAME, "html")
+    browser.execute_script("window.odradekOldPage = true;")
     browser.find_element(by().ID, element_id).click()
-    WebDriverWait(browser, WAIT_S).until(expected_conditions.staleness_of(page))
-    WebDriverWait(browser, WAIT_S).until(lambda b: b.execute_script("return document.readyState") == "complete")
+    WebDriverWait(browser, WAIT_S, ignored_exceptions=(WebDriverException,)).until(
+        lambda b: b.execute_script("return !window.odradekOldPage && document.readyState === 'complete';")
+    )
 
 
 def screenshot(browser: Any, name: str) -> None:

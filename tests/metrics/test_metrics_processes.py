@@ -220,6 +220,9 @@ def test_the_dashboard_and_alerts_use_metrics_the_nodes_serve(cluster: Cluster) 
     produce(cluster, "watched", 5)
     with admin(cluster) as a:
         a.alter_group_offsets("watchers", {TopicPartition("watched", 0): 2})
+    unknown = broker_pb2.ListOffsetsRequest(replica_id=-1, partitions=[broker_pb2.ListOffsetsPartition(
+        topic="no-such-topic", partition=0, timestamp=-1)])  # fmt: skip
+    cluster.broker_stub(0).ListOffsets(unknown, timeout=10)  # an error answered: the errors counter has a sample
 
     def served() -> set[str] | None:
         names = {name for proc in cluster.controllers + cluster.brokers for name, _ in scrape(proc.metrics_address)}
