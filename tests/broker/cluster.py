@@ -153,14 +153,15 @@ class Cluster:
         metrics: bool = False,
     ) -> None:
         self.root = Path(root)
-        ports = free_ports(2 * controllers + brokers)
-        metrics_ports = free_ports(controllers + brokers) if metrics else []
+        # one call: ports from two calls could overlap (each call's sockets are closed when it returns)
+        ports = free_ports(2 * controllers + brokers + (controllers + brokers if metrics else 0))
+        metrics_ports = ports[2 * controllers + brokers :]
 
         def metrics_args(i: int) -> list[str]:
             return ["--metrics-listen", f"127.0.0.1:{metrics_ports[i]}"] if metrics else []
 
         grpc_ports, raft_ports = ports[:controllers], ports[controllers : 2 * controllers]
-        broker_ports = ports[2 * controllers :]
+        broker_ports = ports[2 * controllers : 2 * controllers + brokers]
         quorum = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(raft_ports))
         addresses = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(grpc_ports))
         env = {k: v for k, v in os.environ.items() if k != "ODRADEK_CLUSTER_SECRET"}
