@@ -62,7 +62,8 @@ def add_up_parser(commands: Any) -> None:
         description="Start a local cluster as child processes on 127.0.0.1, wait until it is ready, print the "
         "bootstrap servers, write DIR/cluster.json, and stop every child on Ctrl-C or SIGTERM. Re-running it on "
         "the same DIR restarts the same cluster with its data. Ports: brokers from --base-port, controllers "
-        "from --base-port + 100, their Raft ports from --base-port + 200.",
+        "from --base-port + 100, their Raft ports from --base-port + 200, the nodes' /metrics endpoints at their "
+        "gRPC port + 500.",
     )
     parser.add_argument("--controllers", type=int, metavar="N", help=f"controller nodes (default {DEFAULT_COUNT})")
     parser.add_argument("--brokers", type=int, metavar="N", help=f"brokers (default {DEFAULT_COUNT})")
