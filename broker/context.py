@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel
@@ -43,3 +43,4 @@ class BrokerContext:
     producer_ids: ProducerIdManager | None = None  # None: no controller (unit tests); InitProducerId refuses
     coordinator: GroupCoordinator | None = None  # None: no group coordinator (unit tests)
     metrics: BrokerMetrics | None = None  # None: metrics off (no --metrics-listen): no metrics work per request
+    classic: Any = None  # broker.group.classic_driver.ClassicCoordinator; None: no classic groups (unit tests)

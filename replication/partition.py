@@ -27,7 +27,7 @@ from log.append import AppendInfo
 from log.clock import Clock
 from log.config import LogConfig
 from log.errors import StorageError
-from log.log import Log
+from log.log import FetchSlice, Log
 from log.producer_state import ProducerEntry
 from replication.epoch_cache import EpochEndOffset
 from replication.errors import (
@@ -512,6 +512,23 @@ class Partition:
                     self._sync_high_watermark()
                 high_watermark = self._high_watermark
         return PartitionRead(data, high_watermark, data.log_start_offset, data.log_end_offset, epoch, moved)
+
+    def read_slice(
+        self, fetch_offset: int, max_bytes: int, *, current_leader_epoch: int = NO_EPOCH, min_one_batch: bool = True
+    ) -> tuple[FetchSlice, int, int]:
+        """A consumer's :meth:`read` as a file slice for a zero-copy send (:meth:`Log.read_slice`), below the
+        high watermark: ``(slice, high_watermark, leader_epoch)``; the caller closes ``slice.fd``."""
+        with self._lock:
+            log, high_watermark, epoch = self._leader_snapshot(current_leader_epoch, -1)
+        try:
+            found = log.read_slice(fetch_offset, max_bytes, max_offset=high_watermark, min_one_batch=min_one_batch)
+        except StorageError:
+            if log is self._log.log:  # not closed by a config change's reopen: a real storage error
+                raise
+            found = self._log.log.read_slice(
+                fetch_offset, max_bytes, max_offset=high_watermark, min_one_batch=min_one_batch
+            )
+        return found, high_watermark, epoch
 
     def end_offset_for_epoch(self, leader_epoch: int, *, current_leader_epoch: int = NO_EPOCH) -> EpochEndOffset:
         """OffsetsForLeaderEpoch, as leader (TR1, EC2): the largest epoch ``<= leader_epoch`` in this log and

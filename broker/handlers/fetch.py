@@ -15,11 +15,18 @@ Per partition: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER
 The answer is immediate when ``max_wait_ms`` <= 0, the data reaches ``min_bytes``, any partition has an
 error, or there is nothing to fetch; otherwise a :class:`~broker.delayed_fetch.DelayedFetch` waits (its
 docstring lists when it completes; ``max_wait_ms`` is capped at 300 s) and the partitions are read again.
+
+With metrics on, the bytes of the answer actually sent are counted per topic (out to consumers, or
+replication out to followers), whichever listener asked; the gRPC listener also counts the records sent to
+consumers, from the batch headers of what it read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 from broker.context import BrokerContext
 from broker.delayed_fetch import DelayedFetch, FetchStatus
@@ -33,8 +40,11 @@ WAIT_SLACK_S = 5.0
 MAX_WAIT_CAP_MS = 300_000  # a longer max_wait_ms is cut to this (STYLE.md §8: every request has a maximum)
 
 
+R = TypeVar("R")
+
+
 @dataclass(frozen=True, slots=True)
-class _Target:
+class Target:
     topic: str
     partition: int
     fetch_offset: int
@@ -42,24 +52,40 @@ class _Target:
     current_leader_epoch: int
 
 
+# reads every target within the limits: (response, bytes per target, whether any partition failed)
+ReadAll = Callable[[BrokerContext, int, "list[Target]", int, int], tuple[R, list[int], bool]]
+
+
 def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
+    metrics = ctx.metrics
+    if metrics is None or request.replica_id >= 0:
+        return fetch(ctx, request, _read_all)
+    sent: list[tuple[str, bytes]] = []  # the records of the last read, the one answered
+    response = fetch(ctx, request, partial(_read_all, sent=sent))
+    for topic, records in sent:
+        metrics.topics.records_out(topic, records)
+    return response
+
+
+def fetch(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) -> R:
+    """The fetch of the module docstring with ``read_all`` reading the partitions (the Kafka listener's
+    reader builds its own response, with file regions for sendfile); ``request`` is read by attribute."""
     for_replica = request.replica_id >= 0
     limit = ctx.config.replica_fetch_response_max_bytes if for_replica else ctx.config.fetch_max_bytes
     max_bytes = min(request.max_bytes, limit) if request.max_bytes > 0 else limit
     targets = [
-        _Target(topic.name, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
+        Target(topic.name, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
         for topic in request.topics
         for p in topic.partitions
     ]
     starts = _positions(ctx, targets, for_replica)  # before the read: nothing that arrives after is missed
-    response, reads, failed = _read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
-    sizes = [len(data) for data in reads]
+    response, sizes, failed = read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
     total = sum(sizes)
     if request.max_wait_ms <= 0 or total >= request.min_bytes or failed or not targets or total >= max_bytes:
-        _count_out(ctx, targets, reads, for_replica)
+        _count_out(ctx, targets, sizes, for_replica)
         return response
     statuses = [
-        FetchStatus((t.topic, t.partition), t.fetch_offset, _partition_limit(t, max_bytes), start, size)
+        FetchStatus((t.topic, t.partition), t.fetch_offset, partition_limit(t, max_bytes), start, size)
         for t, start, size in zip(targets, starts, sizes, strict=True)
         if start is not None
     ]
@@ -68,25 +94,25 @@ def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
     purgatory = ctx.replicas.fetch_purgatory
     if not purgatory.try_complete_else_watch(op, op.keys) and not op.wait(op.delay_ms / 1000 + WAIT_SLACK_S):
         op.expire()
-    response, reads, _ = _read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
-    _count_out(ctx, targets, reads, for_replica)
+    response, sizes, _ = read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
+    _count_out(ctx, targets, sizes, for_replica)
     return response
 
 
-def _count_out(ctx: BrokerContext, targets: list[_Target], reads: list[bytes], for_replica: bool) -> None:
-    """Per-topic bytes (and records) out, for the answer actually sent (metrics on only)."""
+def _count_out(ctx: BrokerContext, targets: list[Target], sizes: list[int], for_replica: bool) -> None:
+    """Per-topic bytes out of the answer sent (metrics on only)."""
     if ctx.metrics is None:
         return
-    for target, data in zip(targets, reads, strict=True):
-        if data:
-            ctx.metrics.topics.fetched(target.topic, data, for_replica=for_replica)
+    for target, size in zip(targets, sizes, strict=True):
+        if size:
+            ctx.metrics.topics.bytes_sent(target.topic, size, for_replica=for_replica)
 
 
-def _partition_limit(target: _Target, max_bytes: int) -> int:
+def partition_limit(target: Target, max_bytes: int) -> int:
     return target.partition_max_bytes if target.partition_max_bytes > 0 else max_bytes
 
 
-def _positions(ctx: BrokerContext, targets: list[_Target], for_replica: bool) -> list[FetchPosition | None]:
+def _positions(ctx: BrokerContext, targets: list[Target], for_replica: bool) -> list[FetchPosition | None]:
     positions: list[FetchPosition | None] = []
     for target in targets:
         partition = ctx.replicas.partition(target.topic, target.partition)
@@ -95,30 +121,37 @@ def _positions(ctx: BrokerContext, targets: list[_Target], for_replica: bool) ->
 
 
 def _read_all(
-    ctx: BrokerContext, replica_id: int, targets: list[_Target], max_bytes: int, replica_epoch: int = -1
-) -> tuple[pb.FetchResponse, list[bytes], bool]:
-    """Read every target within the limits; ``(response, the records read per target, whether any failed)``."""
+    ctx: BrokerContext, replica_id: int, targets: list[Target], max_bytes: int, replica_epoch: int = -1,
+    *, sent: list[tuple[str, bytes]] | None = None,
+) -> tuple[pb.FetchResponse, list[int], bool]:
+    """Read every target within the limits; ``(response, bytes per target, whether any failed)``; ``sent``
+    (when given) gets ``(topic, records)`` of this read's non-empty partitions, in place of an earlier read's."""
+    if sent is not None:
+        sent.clear()
     response = pb.FetchResponse()
     topics: dict[str, pb.FetchTopicResponse] = {}
-    reads: list[bytes] = []
+    sizes: list[int] = []
     budget, min_one_batch, failed = max_bytes, True, False
     for target in targets:
         topic = topics.get(target.topic)
         if topic is None:
             topic = topics[target.topic] = response.topics.add(name=target.topic)
         answer = topic.partitions.add(partition=target.partition)
-        data = _read_one(ctx, replica_id, target, min(_partition_limit(target, max_bytes), budget), min_one_batch,
-                         answer, replica_epoch)  # fmt: skip
+        records = _read_one(ctx, replica_id, target, min(partition_limit(target, max_bytes), budget), min_one_batch,
+                            answer, replica_epoch)  # fmt: skip
+        size = len(records)
+        if sent is not None and size:
+            sent.append((target.topic, records))
         failed = failed or bool(answer.error.code)
-        reads.append(data)
-        if data:
+        sizes.append(size)
+        if size:
             min_one_batch = False
-            budget = max(0, budget - len(data))
-    return response, reads, failed
+            budget = max(0, budget - size)
+    return response, sizes, failed
 
 
 def _read_one(
-    ctx: BrokerContext, replica_id: int, target: _Target, max_bytes: int, min_one_batch: bool,
+    ctx: BrokerContext, replica_id: int, target: Target, max_bytes: int, min_one_batch: bool,
     answer: pb.FetchPartitionResponse, replica_epoch: int = -1,
 ) -> bytes:  # fmt: skip
     """Read one partition into ``answer``; returns the records read (empty: none)."""
@@ -150,7 +183,7 @@ def _read_one(
     return records
 
 
-def _fill_offsets(ctx: BrokerContext, target: _Target, answer: pb.FetchPartitionResponse) -> None:
+def _fill_offsets(ctx: BrokerContext, target: Target, answer: pb.FetchPartitionResponse) -> None:
     partition = ctx.replicas.partition(target.topic, target.partition)
     if partition is not None:
         answer.log_start_offset = partition.log_start_offset

@@ -207,14 +207,14 @@ class TopicMetrics:
         bound.bytes_in.inc(size_bytes)
         bound.messages_in.inc(records)
 
-    def fetched(self, topic: str, data: bytes, *, for_replica: bool) -> None:
-        """Batches sent out: to a follower (replication) or a consumer (bytes and records out)."""
+    def bytes_sent(self, topic: str, size_bytes: int, *, for_replica: bool) -> None:
+        """Batches sent out: to a follower (replication bytes out) or a consumer (bytes out)."""
         bound = self._topic(topic)
-        if for_replica:
-            bound.replication_out.inc(len(data))
-        else:
-            bound.bytes_out.inc(len(data))
-            bound.messages_out.inc(count_records(data))
+        (bound.replication_out if for_replica else bound.bytes_out).inc(size_bytes)
+
+    def records_out(self, topic: str, data: bytes) -> None:
+        """The records of batches sent to a consumer (counted from their headers)."""
+        self._topic(topic).messages_out.inc(count_records(data))
 
     def forget_except(self, topics: Iterable[str]) -> None:
         """Drop the series of topics not in ``topics`` (deleted ones), as Kafka removes their metrics."""

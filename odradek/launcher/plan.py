@@ -5,6 +5,7 @@ Port plan from ``--base-port B`` (default 9092), every address on 127.0.0.1::
     broker i                    B + i          (9092, 9093, ...: the bootstrap servers)
     controller i, gRPC          B + 100 + i    (9192, 9193, ...)
     controller i, Raft          B + 200 + i    (9292, 9293, ...)
+    broker i, Kafka protocol    B + 300 + i    (9392, 9393, ...: the Kafka bootstrap servers)
     broker i, metrics           B + 500 + i    (9592, ...: http://HOST:PORT/metrics)
     controller i, metrics       B + 600 + i    (9692, ...)
 
@@ -31,6 +32,7 @@ HOST = "127.0.0.1"
 DEFAULT_BASE_PORT = 9092
 CONTROLLER_PORT_OFFSET = 100
 RAFT_PORT_OFFSET = 200
+KAFKA_PORT_OFFSET = 300
 METRICS_PORT_OFFSET = 500  # from the node's gRPC port
 MAX_NODES = 100  # per role: the port ranges above must not overlap
 CLUSTER_JSON = "cluster.json"
@@ -47,6 +49,7 @@ class NodePlan:
     listen: str
     data_dir: str
     raft_listen: str = ""
+    kafka_listen: str = ""  # a broker's Kafka-protocol listener ("" in a layout from before it existed)
     metrics: str = ""
 
     @property
@@ -67,6 +70,10 @@ class ClusterPlan:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(b.listen for b in self.brokers)
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        return ",".join(b.kafka_listen for b in self.brokers if b.kafka_listen)
 
     @property
     def quorum(self) -> str:
@@ -90,6 +97,8 @@ class ClusterPlan:
             found.append((port_of(node.listen), f"{node.role} {node.node_id}"))
             if node.raft_listen:
                 found.append((port_of(node.raft_listen), f"controller {node.node_id} (Raft)"))
+            if node.kafka_listen:
+                found.append((port_of(node.kafka_listen), f"broker {node.node_id} (Kafka protocol)"))
             if metrics and node.metrics:
                 found.append((port_of(node.metrics), f"{node.role} {node.node_id} (metrics)"))
         return found
@@ -112,7 +121,8 @@ def plan_cluster(root: str, controllers: int, brokers: int, base_port: int) -> C
         raise CliError(
             f"--base-port {base_port} does not fit: the cluster uses ports {base_port}..{highest} "
             f"(brokers from {base_port}, controllers from {base_port + CONTROLLER_PORT_OFFSET}, "
-            f"Raft from {base_port + RAFT_PORT_OFFSET}, metrics from {base_port + METRICS_PORT_OFFSET})"
+            f"Raft from {base_port + RAFT_PORT_OFFSET}, Kafka protocol from {base_port + KAFKA_PORT_OFFSET}, "
+            f"metrics from {base_port + METRICS_PORT_OFFSET})"
         )
     root = os.path.abspath(root)
     return ClusterPlan(
@@ -130,6 +140,7 @@ def plan_cluster(root: str, controllers: int, brokers: int, base_port: int) -> C
         ),  # fmt: skip
         brokers=tuple(
             NodePlan("broker", i, f"{HOST}:{base_port + i}", os.path.join(root, f"broker-{i}"),
+                     kafka_listen=f"{HOST}:{base_port + KAFKA_PORT_OFFSET + i}",
                      metrics=f"{HOST}:{base_port + METRICS_PORT_OFFSET + i}")
             for i in range(brokers)
         ),
@@ -141,6 +152,7 @@ def cluster_document(plan: ClusterPlan, pids: Mapping[str, int], *, metrics: boo
     each node's ``"metrics"`` is its ``/metrics`` address, null when the cluster runs without metrics."""
     doc: dict[str, Any] = {
         "bootstrap_servers": plan.bootstrap_servers,
+        "kafka_bootstrap_servers": plan.kafka_bootstrap_servers,
         "controllers": [
             {
                 "node_id": c.node_id,
@@ -152,7 +164,8 @@ def cluster_document(plan: ClusterPlan, pids: Mapping[str, int], *, metrics: boo
             for c in plan.controllers
         ],  # fmt: skip
         "brokers": [
-            {"node_id": b.node_id, "pid": pids.get(b.name), "listen": b.listen, "data_dir": b.data_dir}
+            {"node_id": b.node_id, "pid": pids.get(b.name), "listen": b.listen, "kafka_listen": b.kafka_listen,
+             "data_dir": b.data_dir}
             for b in plan.brokers
         ],
     }
@@ -213,12 +226,13 @@ def _node(role: str, entry: Mapping[str, Any]) -> NodePlan:
         raise ValueError(f"bad node_id {node_id!r}")
     listen = _address(entry["listen"])
     raft = _address(entry["raft_listen"]) if role == "controller" else ""
+    kafka = _address(entry["kafka_listen"]) if role == "broker" and entry.get("kafka_listen") else ""
     data_dir = entry["data_dir"]
     if not isinstance(data_dir, str) or not data_dir:
         raise ValueError(f"bad data_dir {data_dir!r}")
     # a cluster.json without metrics addresses (an older one, or a run without metrics): the planned ones
     metrics = entry.get("metrics") or f"{listen.rpartition(':')[0]}:{port_of(listen) + METRICS_PORT_OFFSET}"
-    return NodePlan(role, node_id, listen, data_dir, raft_listen=raft, metrics=_address(metrics))
+    return NodePlan(role, node_id, listen, data_dir, raft_listen=raft, kafka_listen=kafka, metrics=_address(metrics))
 
 
 def _address(value: object) -> str:

@@ -166,7 +166,8 @@ def locked(root: str) -> Iterator[None]:
 
 
 def child_argv(plan: ClusterPlan, node: NodePlan, secret: Path, config: list[str], metrics: bool = True) -> list[str]:
-    argv = [sys.executable, "-m", "odradek.cli", node.role, "--node-id", str(node.node_id), "--listen", node.listen]
+    listen = f"PLAINTEXT://{node.listen},KAFKA://{node.kafka_listen}" if node.kafka_listen else node.listen
+    argv = [sys.executable, "-m", "odradek.cli", node.role, "--node-id", str(node.node_id), "--listen", listen]
     if metrics and node.metrics:
         argv += ["--metrics-listen", node.metrics]
     if node.role == "controller":
@@ -321,11 +322,15 @@ class Up:
             f"data in {self.plan.root}",
             f"Bootstrap servers: {self.plan.bootstrap_servers}",
         ]
+        if self.plan.kafka_bootstrap_servers:
+            lines.append(f"Kafka bootstrap servers (Kafka's protocol, any Kafka client): "
+                         f"{self.plan.kafka_bootstrap_servers}")  # fmt: skip
         for node, child in zip(self.plan.nodes, self.children, strict=True):
             role = ("  active" if node.node_id == active else "") if node.role == "controller" else ""
             raft = f"  raft {node.raft_listen}" if node.raft_listen else ""
+            kafka = f"  kafka {node.kafka_listen}" if node.kafka_listen else ""
             metrics = f"  metrics {node.metrics}" if self.metrics and node.metrics else ""
-            lines.append(f"  {node.name:<14} {node.listen}{raft}{metrics}  pid {child.pid}{role}")
+            lines.append(f"  {node.name:<14} {node.listen}{raft}{kafka}{metrics}  pid {child.pid}{role}")
         lines += [
             f"Logs in {self.plan.root}/logs/, layout in {self.plan.root}/cluster.json.",
             f"Client commands find this cluster by themselves (or: export {ENV_VAR}={self.plan.bootstrap_servers}).",

@@ -30,7 +30,7 @@ from odradek.perf.produce import LATENCY_SAMPLES, ProduceRun, default_sample_eve
 from odradek.perf.stats import Recorder, latency_summary, result_document, summary_line
 from odradek.progress import Progress, add_progress_option, wanted
 
-COMPRESSIONS = ("none", "gzip", "lz4", "zstd")
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 ACKS = ("0", "1", "all", "-1")
 
 

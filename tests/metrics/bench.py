@@ -95,7 +95,8 @@ def micro_costs_us(iterations: int = 200_000) -> dict[str, float]:
 
     def fetch_work() -> None:
         requests.record(fetch.handle, request, fetched, 0.0)
-        topics.fetched("t", batches, for_replica=False)
+        topics.bytes_sent("t", len(batches), for_replica=False)
+        topics.records_out("t", batches)
 
     costs = {}
     for name, work in (("produce_us", produce_work), ("fetch_us", fetch_work)):

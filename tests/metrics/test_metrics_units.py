@@ -90,7 +90,8 @@ def test_a_deleted_topic_loses_its_series() -> None:
     registry = CollectorRegistry()
     topics = TopicMetrics(registry)
     topics.produced("kept", 100, 2)
-    topics.fetched("gone", build_batch([b"a", b"b"], timestamp_ms=1), for_replica=False)
+    topics.bytes_sent("gone", 70, for_replica=False)
+    topics.records_out("gone", build_batch([b"a", b"b"], timestamp_ms=1))
     assert registry.get_sample_value("kafka_server_brokertopicmetrics_messagesout_total", {"topic": "gone"}) == 2
     topics.forget_except(["kept"])
     assert registry.get_sample_value("kafka_server_brokertopicmetrics_bytesout_total", {"topic": "gone"}) is None
