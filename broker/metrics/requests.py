@@ -124,6 +124,7 @@ class RequestMetrics:
             ["request"], buckets=REQUEST_BUCKETS_MS, registry=registry,
         )  # fmt: skip
         self._apis: dict[object, _Api | tuple[_Api, _Api]] = {}
+        self._named: dict[str, _Api] = {}  # the Kafka listener's, by API name
 
     def _api(self, handler: Callable[..., Any], request: Any) -> _Api:
         function = getattr(handler, "func", handler)  # a functools.partial: its function
@@ -150,6 +151,18 @@ class RequestMetrics:
             errors_of = api.errors_of = ErrorReader(response.DESCRIPTOR)
         for code in errors_of(response):
             self._errors.labels(api.name, code).inc()
+
+    def record_kafka(self, name: str, started: float, *, failed: bool = False) -> None:
+        """A request of the Kafka-protocol listener (``broker.kafka``), by its API name (a Fetch there is a
+        consumer's: followers fetch over gRPC); its error codes are not read, a failure counts as
+        ``UNKNOWN_SERVER_ERROR``."""
+        api = self._named.get(name)
+        if api is None:
+            api = self._named[name] = self._make("FetchConsumer" if name == "Fetch" else name)
+        api.requests.inc()
+        api.time_ms.observe((time.perf_counter() - started) * 1000.0)
+        if failed:
+            self._errors.labels(api.name, UNKNOWN_SERVER_ERROR).inc()
 
     def record_failure(self, handler: Callable[..., Any], request: Any, started: float) -> None:
         """A request whose handler raised (answered with gRPC status INTERNAL)."""

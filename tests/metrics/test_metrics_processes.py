@@ -35,7 +35,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     config = {"replica.lag.time.max.ms": "1000", "offsets.topic.replication.factor": "3",
               "offsets.topic.num.partitions": "3"}  # fmt: skip
     with Cluster(tmp_path_factory.mktemp("metrics"), brokers=3, controllers=3, broker_config=config,
-                 controller_config={"broker.session.timeout.ms": "6000"}, metrics=True) as c:  # fmt: skip
+                 controller_config={"broker.session.timeout.ms": "6000"}, metrics=True, kafka=True) as c:  # fmt: skip
         yield c
 
 
@@ -237,3 +237,32 @@ def test_the_dashboard_and_alerts_use_metrics_the_nodes_serve(cluster: Cluster) 
     used = {m for e in expressions for m in re.findall(r"\b(?:kafka|process)_[a-z0-9_]+", e)}
     missing = sorted(used - names)
     assert not missing, f"the dashboard or the alerts use metrics no node serves: {missing}"
+
+
+def test_the_kafka_listener_is_counted_too(cluster: Cluster) -> None:
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import Producer as KafkaProducer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    from tests.kafka.helpers import consume
+
+    cluster.create_topic("spoken", partitions=1, replication_factor=3)
+    leader = cluster.brokers[leader_index(cluster, "spoken")]
+    producer = KafkaProducer({"bootstrap.servers": cluster.kafka_bootstrap_servers})
+    for i in range(50):
+        producer.produce("spoken", value=b"kafka-%03d" % i, partition=0)
+    assert producer.flush(30) == 0
+    consumer = KafkaConsumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "spoken-readers",
+                              "enable.auto.commit": False})  # fmt: skip
+    try:
+        consumer.assign([KafkaTopicPartition("spoken", 0, 0)])
+        assert len(consume(consumer, 50)) == 50
+    finally:
+        consumer.close()
+    samples = scrape(leader.metrics_address)
+    topic = {"topic": "spoken"}
+    assert value(samples, "kafka_server_brokertopicmetrics_messagesin_total", topic) == 50
+    assert value(samples, "kafka_server_brokertopicmetrics_bytesout_total", topic) == value(
+        samples, "kafka_server_brokertopicmetrics_bytesin_total", topic)  # fmt: skip
+    requests = total(samples, "kafka_network_requestmetrics_requests_total", request="ApiVersions")
+    assert requests >= 1  # only Kafka's clients ask ApiVersions
