@@ -30,6 +30,7 @@ import os
 import select
 import socket
 import struct
+import time
 from typing import Any
 
 from broker.context import BrokerContext
@@ -180,13 +181,19 @@ class Connection:
             raise ProtocolError(f"malformed {api.name} v{version} request: {exc}") from None
         self.session.client_id = client_id
         request = Request(self.ctx, self.session, api_key, version, correlation_id, client_id, body)
+        metrics = self.ctx.metrics
+        started = time.perf_counter() if metrics is not None else 0.0
         try:
             answer = api.handle(request)
         except CloseConnection as exc:
             raise ProtocolError(str(exc)) from None
         except Exception:
             logger.exception("broker %d: kafka %s v%d failed", self.ctx.broker_id, api.name, version)
+            if metrics is not None:
+                metrics.requests.record_kafka(api.name, started, failed=True)
             raise ProtocolError(f"{api.name} failed on the broker") from None
+        if metrics is not None:
+            metrics.requests.record_kafka(api.name, started)
         if answer is None:
             return
         flexible = api_key != API_VERSIONS_KEY and bool(codec.request_class(api_key, version).__flexible__)
