@@ -2,7 +2,8 @@
 
 Each RPC calls its handler with the :class:`~broker.context.BrokerContext`. Handlers answer errors in the
 response (Kafka's names); an exception escaping one is a bug: it is logged and the call fails with gRPC
-status INTERNAL, and the broker keeps serving.
+status INTERNAL, and the broker keeps serving. With metrics on, ``_call`` (the one dispatch point) counts
+and times every request (``broker.metrics.requests``). Every server also serves the gRPC health service.
 
 Thread-safety: the servicer holds no state of its own. Short RPCs run on the server's worker threads
 (``num.io.threads``); Fetch and Produce are coroutines on the server's event loop that run their reads and
@@ -13,31 +14,19 @@ so long polls cannot starve the short requests.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.handlers import (
-    consumer_group_describe,
-    consumer_group_heartbeat,
-    delete_groups,
-    describe_cluster,
-    describe_configs,
     fetch,
-    find_coordinator,
-    forward,
-    init_producer_id,
-    list_groups,
-    list_offsets,
     metadata,
-    offset_commit,
-    offset_fetch,
-    offsets_for_leader_epoch,
     produce,
 )
 from broker.lifecycle import LISTENER
@@ -45,11 +34,15 @@ from controller.long_poll import Wakeup, run_blocking
 from controller.rpc_server import RpcServer
 from proto import broker_pb2_grpc
 
+if TYPE_CHECKING:
+    from controller.health import HealthReporter
+
 logger = logging.getLogger(__name__)
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 RESPONSE_SLACK_BYTES = 1 << 20  # framing of a response around its record bytes
+SERVICE_NAME = "odradek.broker.Broker"  # its name in the gRPC health service
 
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
@@ -62,6 +55,19 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._pool = pool  # the server's worker pool: where the long polls' reads run
 
     def _call(self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any) -> Resp:
+        metrics = self._ctx.metrics
+        if metrics is None:
+            return self._run(handler, request, context)
+        started = time.perf_counter()
+        try:
+            response = self._run(handler, request, context)
+        except BaseException:
+            metrics.requests.record_failure(handler, request, started)
+            raise
+        metrics.requests.record(handler, request, response, started)
+        return response
+
+    def _run(self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any) -> Resp:
         try:
             return handler(self._ctx, request)
         except Exception as exc:
@@ -77,14 +83,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """The appends run on the event loop itself (a worker thread costs two thread switches a request, as
         much as validating a batch); a batch that must wait for its turn (S8) hands the rest of the request
         to a worker; an acks=all wait holds no thread."""
+        arrived = time.perf_counter()
         try:
             started = produce.begin(self._ctx, request, hold=False)
         except Exception as exc:
+            self._record_failure(produce.handle, request, arrived)
             logger.exception("broker %d: produce failed", self._ctx.broker_id)
             await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {exc!r}")
             raise
         if isinstance(started, produce.PendingProduce) and started.pending.held:
-            started = await self._call_blocking(produce.resume, started, context)
+            started = await self._call_blocking(produce.resume, started, context, produce.handle, arrived)
         if isinstance(started, produce.PendingProduce):
             request.ClearField("topics")  # the records are written: free them while the ISR catches up
             op = started.pending.operation
@@ -93,81 +101,47 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             op.add_done_callback(wakeup.wake)
             if not await wakeup.wait(started.pending.wait_s):
                 op.expire()
-            return produce.finish(started)
+            started = produce.finish(started)
+        self._record(produce.handle, request, started, arrived)
         return started
 
     async def Fetch(self, request: Any, context: Any) -> Any:
         """A long poll: the reads run on the worker pool, the wait holds no thread (``controller.rpc_server``)."""
-        started = await self._call_blocking(fetch.begin_grpc, request, context)
+        arrived = time.perf_counter()
+        started = await self._call_blocking(fetch.begin_grpc, request, context, fetch.handle, arrived)
         if isinstance(started, fetch.PendingFetch):
             op = started.op
             wakeup = Wakeup()
             op.add_done_callback(wakeup.wake)
             if not await wakeup.wait(started.wait_s):
                 op.expire()
-            return await self._call_blocking(fetch.finish, started, context)
+            started = await self._call_blocking(fetch.finish_grpc, started, context, fetch.handle, arrived)
+        self._record(fetch.handle, request, started, arrived)
         return started
 
-    async def _call_blocking(self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any) -> Resp:
+    def _record(self, handler: Callable[..., Any], request: Any, response: Any, arrived: float) -> None:
+        """The metrics of a request the coroutines above answered (``_call`` counts the others)."""
+        if self._ctx.metrics is not None:
+            self._ctx.metrics.requests.record(handler, request, response, arrived)
+
+    def _record_failure(self, handler: Callable[..., Any], request: Any, arrived: float) -> None:
+        if self._ctx.metrics is not None:
+            self._ctx.metrics.requests.record_failure(handler, request, arrived)
+
+    async def _call_blocking(
+        self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any,
+        counted_as: Callable[..., Any], arrived: float,
+    ) -> Resp:  # fmt: skip
+        """``handler`` on the worker pool; an exception is a bug (logged, counted as ``counted_as``, INTERNAL)."""
         if self._pool is None:
             raise RuntimeError("an asynchronous handler needs the server's worker pool")
         try:
             return await run_blocking(self._pool, handler, self._ctx, request)
         except Exception as exc:
+            self._record_failure(counted_as, request, arrived)
             logger.exception("broker %d: %s failed", self._ctx.broker_id, getattr(handler, "__module__", handler))
             await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {exc!r}")
             raise
-
-    def ListOffsets(self, request: Any, context: Any) -> Any:
-        return self._call(list_offsets.handle, request, context)
-
-    def OffsetsForLeaderEpoch(self, request: Any, context: Any) -> Any:
-        return self._call(offsets_for_leader_epoch.handle, request, context)
-
-    def DescribeCluster(self, request: Any, context: Any) -> Any:
-        return self._call(partial(describe_cluster.handle, listener=self._listener), request, context)
-
-    def DescribeConfigs(self, request: Any, context: Any) -> Any:
-        return self._call(describe_configs.handle, request, context)
-
-    def CreateTopics(self, request: Any, context: Any) -> Any:
-        return self._call(forward.create_topics, request, context)
-
-    def DeleteTopics(self, request: Any, context: Any) -> Any:
-        return self._call(forward.delete_topics, request, context)
-
-    def CreatePartitions(self, request: Any, context: Any) -> Any:
-        return self._call(forward.create_partitions, request, context)
-
-    def AlterConfigs(self, request: Any, context: Any) -> Any:
-        return self._call(forward.alter_configs, request, context)
-
-    def ElectLeaders(self, request: Any, context: Any) -> Any:
-        return self._call(forward.elect_leaders, request, context)
-
-    def InitProducerId(self, request: Any, context: Any) -> Any:
-        return self._call(init_producer_id.handle, request, context)
-
-    def FindCoordinator(self, request: Any, context: Any) -> Any:
-        return self._call(partial(find_coordinator.handle, listener=self._listener), request, context)
-
-    def ConsumerGroupHeartbeat(self, request: Any, context: Any) -> Any:
-        return self._call(consumer_group_heartbeat.handle, request, context)
-
-    def OffsetCommit(self, request: Any, context: Any) -> Any:
-        return self._call(offset_commit.handle, request, context)
-
-    def OffsetFetch(self, request: Any, context: Any) -> Any:
-        return self._call(offset_fetch.handle, request, context)
-
-    def ListGroups(self, request: Any, context: Any) -> Any:
-        return self._call(list_groups.handle, request, context)
-
-    def ConsumerGroupDescribe(self, request: Any, context: Any) -> Any:
-        return self._call(consumer_group_describe.handle, request, context)
-
-    def DeleteGroups(self, request: Any, context: Any) -> Any:
-        return self._call(delete_groups.handle, request, context)
 
 
 def message_limits(config: BrokerConfig) -> tuple[int, int]:
@@ -190,9 +164,12 @@ def max_concurrent_rpcs(config: BrokerConfig) -> int:
     return int(config.get("queued.max.requests")) + 2 * int(config.get("purgatory.max.operations"))
 
 
-def start_grpc_server(ctx: BrokerContext, listen: str, *, listener: str = LISTENER) -> RpcServer:
-    """Serve the Broker service on ``listen`` for the listener named ``listener``; ``RuntimeError`` when it
-    cannot bind. Short requests run on ``num.io.threads`` workers; long polls wait without one."""
+def start_grpc_server(
+    ctx: BrokerContext, listen: str, *, listener: str = LISTENER, health: HealthReporter | None = None
+) -> RpcServer:
+    """Serve the Broker service (and ``health``'s) on ``listen`` for the listener named ``listener``;
+    ``RuntimeError`` when it cannot bind. Short requests run on ``num.io.threads`` workers; long polls wait
+    without one."""
     receive, send = message_limits(ctx.config)
     holder: list[BrokerService] = []
 
@@ -201,6 +178,8 @@ def start_grpc_server(ctx: BrokerContext, listen: str, *, listener: str = LISTEN
         holder.append(service)
         add_servicer: Any = broker_pb2_grpc.add_BrokerServicer_to_server  # generated code is untyped
         add_servicer(service, server)
+        if health is not None:
+            health.add_to(server)
 
     rpc = RpcServer(
         f"broker-{ctx.broker_id}-{listener.lower()}",

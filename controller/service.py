@@ -23,6 +23,7 @@ from proto import common_pb2, controller_pb2_grpc
 from proto import controller_pb2 as pb
 
 if TYPE_CHECKING:
+    from controller.health import HealthReporter
     from controller.server import ControllerServer
 
 log = logging.getLogger("odradek.controller")
@@ -40,6 +41,7 @@ class _Response(Protocol):
 
 R = TypeVar("R", bound=_Response)
 
+SERVICE_NAME = "odradek.controller.Controller"  # its name in the gRPC health service
 MAX_MESSAGE_BYTES = 64 << 20
 """gRPC message limit of the service (a metadata snapshot travels in one FetchMetadata answer)."""
 FETCH_MAX_RECORDS = 10_000
@@ -172,8 +174,9 @@ def describe_quorum(server: ControllerServer) -> pb.DescribeQuorumResponse:
     return response
 
 
-def start_grpc_server(server: ControllerServer, listen: str) -> RpcServer:
-    """Serve the Controller service on ``listen`` (``host:port``); raises ``RuntimeError`` if it cannot bind.
+def start_grpc_server(server: ControllerServer, listen: str, *, health: HealthReporter | None = None) -> RpcServer:
+    """Serve the Controller service (and ``health``'s) on ``listen`` (``host:port``); raises ``RuntimeError`` if
+    it cannot bind.
 
     Writes and DescribeQuorum run on ``num.io.threads`` workers (a write holds its worker until its records
     commit); FetchMetadata long polls wait on the event loop, at most :data:`MAX_WAITING_FETCHES` of them
@@ -184,6 +187,8 @@ def start_grpc_server(server: ControllerServer, listen: str) -> RpcServer:
     def add(grpc_server: Any) -> None:
         add_servicer: Any = controller_pb2_grpc.add_ControllerServicer_to_server  # generated code is untyped
         add_servicer(ControllerService(server, rpc.pool), grpc_server)
+        if health is not None:
+            health.add_to(grpc_server)
 
     rpc = RpcServer(
         f"controller-{server.node_id}",

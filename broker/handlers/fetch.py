@@ -21,12 +21,17 @@ completed: ``broker.service``); :func:`handle` does it all on the calling thread
 A fetch with a ``replica_id`` must carry that broker's current broker epoch (``replica_epoch``), else every
 partition answers STALE_BROKER_EPOCH and nothing is read: a client cannot pose as a follower to move a
 high watermark.
+
+With metrics on, the bytes of the answer actually sent are counted per topic (out to consumers, or
+replication out to followers), whichever listener asked; the gRPC listener also counts the records sent to
+consumers, from the batch headers of what it read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Generic, TypeVar
 
 from broker.context import BrokerContext
@@ -67,6 +72,7 @@ class PendingFetch(Generic[R]):
     targets: list[Target]
     max_bytes: int
     read_all: ReadAll[R]
+    sent: list[tuple[str, bytes]] | None = None  # the gRPC reader's records of its last read (metrics)
 
     @property
     def wait_s(self) -> float:
@@ -76,15 +82,40 @@ class PendingFetch(Generic[R]):
 
 def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
     """A gRPC Fetch on the calling thread, waiting on it (the asynchronous server uses :func:`begin_grpc` and
-    :func:`finish`, and waits without a thread)."""
-    refused = check_replica(ctx, request)
-    return refused if refused is not None else fetch(ctx, request, _read_all)
+    :func:`finish_grpc`, and waits without a thread)."""
+    started = begin_grpc(ctx, request)
+    if not isinstance(started, PendingFetch):
+        return started
+    if not started.op.wait(started.wait_s):
+        started.op.expire()
+    return finish_grpc(ctx, started)
 
 
 def begin_grpc(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse | PendingFetch[pb.FetchResponse]:
-    """A gRPC Fetch up to its wait: :func:`check_replica`, then :func:`begin` with the gRPC reader."""
+    """A gRPC Fetch up to its wait: :func:`check_replica`, then :func:`begin` with the gRPC reader (which, with
+    metrics on, keeps a consumer's records for the per-topic record counts)."""
     refused = check_replica(ctx, request)
-    return refused if refused is not None else begin(ctx, request, _read_all)
+    if refused is not None:
+        return refused
+    sent: list[tuple[str, bytes]] | None = None if ctx.metrics is None or request.replica_id >= 0 else []
+    reader = _read_all if sent is None else partial(_read_all, sent=sent)
+    started = begin(ctx, request, reader, sent)
+    if not isinstance(started, PendingFetch):
+        _records_out(ctx, sent)
+    return started
+
+
+def finish_grpc(ctx: BrokerContext, pending: PendingFetch[pb.FetchResponse]) -> pb.FetchResponse:
+    """:func:`finish` for :func:`begin_grpc`, with the consumer's record counts."""
+    response = finish(ctx, pending)
+    _records_out(ctx, pending.sent)
+    return response
+
+
+def _records_out(ctx: BrokerContext, sent: list[tuple[str, bytes]] | None) -> None:
+    if ctx.metrics is not None and sent:
+        for topic, records in sent:
+            ctx.metrics.topics.records_out(topic, records)
 
 
 def fetch(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) -> R:
@@ -101,8 +132,11 @@ def fetch(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) ->
     return finish(ctx, pending)
 
 
-def begin(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) -> R | PendingFetch[R]:
-    """The first read: the answer, or the fetch left waiting in the purgatory (see the module docstring)."""
+def begin(
+    ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R], sent: list[tuple[str, bytes]] | None = None
+) -> R | PendingFetch[R]:
+    """The first read: the answer, or the fetch left waiting in the purgatory (see the module docstring);
+    ``sent``: what ``read_all`` keeps of its reads, carried to :func:`finish_grpc`."""
     for_replica = request.replica_id >= 0
     limit = ctx.config.replica_fetch_response_max_bytes if for_replica else ctx.config.fetch_max_bytes
     max_bytes = min(request.max_bytes, limit) if request.max_bytes > 0 else limit
@@ -115,6 +149,7 @@ def begin(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) ->
     response, sizes, failed = read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
     total = sum(sizes)
     if request.max_wait_ms <= 0 or total >= request.min_bytes or failed or not targets or total >= max_bytes:
+        _count_out(ctx, targets, sizes, for_replica)
         return response
     statuses = [
         FetchStatus((t.topic, t.partition), t.fetch_offset, partition_limit(t, max_bytes), start, size)
@@ -124,12 +159,15 @@ def begin(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) ->
     op = DelayedFetch(min(request.max_wait_ms, MAX_WAIT_CAP_MS), request.min_bytes, for_replica, statuses,
                       lambda key: ctx.replicas.partition(*key))  # fmt: skip
     ctx.replicas.fetch_purgatory.try_complete_else_watch(op, op.keys)
-    return PendingFetch(op, request.replica_id, request.replica_epoch, targets, max_bytes, read_all)
+    return PendingFetch(op, request.replica_id, request.replica_epoch, targets, max_bytes, read_all, sent)
 
 
 def finish(ctx: BrokerContext, pending: PendingFetch[R]) -> R:
-    """The answer once the wait is over: every target read again."""
-    return pending.read_all(ctx, pending.replica_id, pending.targets, pending.max_bytes, pending.replica_epoch)[0]
+    """The answer once the wait is over: every target read again (and counted, metrics on)."""
+    response, sizes, _ = pending.read_all(ctx, pending.replica_id, pending.targets, pending.max_bytes,
+                                          pending.replica_epoch)  # fmt: skip
+    _count_out(ctx, pending.targets, sizes, pending.replica_id >= 0)
+    return response
 
 
 def check_replica(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse | None:
@@ -157,6 +195,15 @@ def check_replica(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchRespo
     return response
 
 
+def _count_out(ctx: BrokerContext, targets: list[Target], sizes: list[int], for_replica: bool) -> None:
+    """Per-topic bytes out of the answer sent (metrics on only)."""
+    if ctx.metrics is None:
+        return
+    for target, size in zip(targets, sizes, strict=True):
+        if size:
+            ctx.metrics.topics.bytes_sent(target.topic, size, for_replica=for_replica)
+
+
 def partition_limit(target: Target, max_bytes: int) -> int:
     return target.partition_max_bytes if target.partition_max_bytes > 0 else max_bytes
 
@@ -170,9 +217,13 @@ def _positions(ctx: BrokerContext, targets: list[Target], for_replica: bool) -> 
 
 
 def _read_all(
-    ctx: BrokerContext, replica_id: int, targets: list[Target], max_bytes: int, replica_epoch: int = -1
+    ctx: BrokerContext, replica_id: int, targets: list[Target], max_bytes: int, replica_epoch: int = -1,
+    *, sent: list[tuple[str, bytes]] | None = None,
 ) -> tuple[pb.FetchResponse, list[int], bool]:
-    """Read every target within the limits; ``(response, bytes per target, whether any failed)``."""
+    """Read every target within the limits; ``(response, bytes per target, whether any failed)``; ``sent``
+    (when given) gets ``(topic, records)`` of this read's non-empty partitions, in place of an earlier read's."""
+    if sent is not None:
+        sent.clear()
     response = pb.FetchResponse()
     topics: dict[str, pb.FetchTopicResponse] = {}
     sizes: list[int] = []
@@ -182,8 +233,11 @@ def _read_all(
         if topic is None:
             topic = topics[target.topic] = response.topics.add(name=target.topic)
         answer = topic.partitions.add(partition=target.partition)
-        size = _read_one(ctx, replica_id, target, min(partition_limit(target, max_bytes), budget), min_one_batch,
-                         answer, replica_epoch)  # fmt: skip
+        records = _read_one(ctx, replica_id, target, min(partition_limit(target, max_bytes), budget), min_one_batch,
+                            answer, replica_epoch)  # fmt: skip
+        size = len(records)
+        if sent is not None and size:
+            sent.append((target.topic, records))
         failed = failed or bool(answer.error.code)
         sizes.append(size)
         if size:
@@ -195,8 +249,8 @@ def _read_all(
 def _read_one(
     ctx: BrokerContext, replica_id: int, target: Target, max_bytes: int, min_one_batch: bool,
     answer: pb.FetchPartitionResponse, replica_epoch: int = -1,
-) -> int:  # fmt: skip
-    """Read one partition into ``answer``; returns the bytes read."""
+) -> bytes:  # fmt: skip
+    """Read one partition into ``answer``; returns the records read (empty: none)."""
     answer.high_watermark = answer.last_stable_offset = answer.log_start_offset = answer.log_end_offset = -1
     answer.leader_epoch = -1
     try:
@@ -208,10 +262,10 @@ def _read_one(
     except OffsetOutOfRangeError as exc:
         answer.error.CopyFrom(error_of(exc))
         _fill_offsets(ctx, target, answer)
-        return 0
+        return b""
     except Exception as exc:
         answer.error.CopyFrom(error_of(exc))
-        return 0
+        return b""
     if read.high_watermark_moved:
         ctx.replicas.produce_purgatory.check_and_complete((target.topic, target.partition))
         ctx.replicas.fetch_purgatory.check_and_complete((target.topic, target.partition))
@@ -219,10 +273,10 @@ def _read_one(
     answer.log_start_offset = read.log_start_offset
     answer.log_end_offset = read.log_end_offset
     answer.leader_epoch = read.leader_epoch
-    records = read.records
+    records: bytes = read.records
     if records:
         answer.records = records
-    return len(records)
+    return records
 
 
 def _fill_offsets(ctx: BrokerContext, target: Target, answer: pb.FetchPartitionResponse) -> None:

@@ -22,6 +22,7 @@ deadline for the whole request (held batches included): the appends and the wait
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from broker.appends import PendingAppend
 from broker.context import BrokerContext
@@ -30,6 +31,9 @@ from broker.group.config import OFFSETS_TOPIC
 from broker.handlers.common import local_partition
 from proto import broker_pb2 as pb
 from replication.partition import Partition
+
+if TYPE_CHECKING:
+    from broker.metrics import BrokerMetrics
 
 VALID_ACKS = (0, 1, -1)
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
@@ -44,6 +48,8 @@ class PendingProduce:
     response: pb.ProduceResponse
     answers: list[pb.ProducePartitionResponse]
     pending: PendingAppend
+    sizes: list[int]  # each appended partition's bytes (metrics)
+    metrics: BrokerMetrics | None
 
 
 def handle(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse:
@@ -96,17 +102,20 @@ def begin(ctx: BrokerContext, request: pb.ProduceRequest, *, hold: bool = True) 
         return response
     timeout_ms = min(max(request.timeout_ms, 0), MAX_TIMEOUT_MS)
     pending = ctx.replicas.append_records(entries, acks, timeout_ms, hold=hold)
-    started = PendingProduce(response, answers, pending)
+    started = PendingProduce(response, answers, pending, [len(records) for _, records in entries], ctx.metrics)
     return started if pending.held or pending.operation is not None else finish(started)
 
 
 def finish(started: PendingProduce) -> pb.ProduceResponse:
     """The answers once the appends (and the acks=all wait, if any) are done."""
-    for result, answer in zip(started.pending.results, started.answers, strict=True):
+    metrics = started.metrics
+    for result, answer, size in zip(started.pending.results, started.answers, started.sizes, strict=True):
         if result.exception is not None:
             answer.error.CopyFrom(error_of(result.exception))
             continue
         assert result.info is not None
+        if metrics is not None:
+            metrics.topics.produced(result.key[0], size, result.info.record_count)
         answer.base_offset = result.info.first_offset
         answer.log_append_time_ms = result.info.log_append_time
         answer.log_start_offset = result.info.log_start_offset
