@@ -25,8 +25,22 @@ import grpc
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.handlers import (
+    consumer_group_describe,
+    consumer_group_heartbeat,
+    delete_groups,
+    describe_cluster,
+    describe_configs,
+    describe_log_dirs,
     fetch,
+    find_coordinator,
+    forward,
+    init_producer_id,
+    list_groups,
+    list_offsets,
     metadata,
+    offset_commit,
+    offset_fetch,
+    offsets_for_leader_epoch,
     produce,
 )
 from broker.lifecycle import LISTENER
@@ -142,6 +156,60 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             logger.exception("broker %d: %s failed", self._ctx.broker_id, getattr(handler, "__module__", handler))
             await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {exc!r}")
             raise
+
+    def ListOffsets(self, request: Any, context: Any) -> Any:
+        return self._call(list_offsets.handle, request, context)
+
+    def OffsetsForLeaderEpoch(self, request: Any, context: Any) -> Any:
+        return self._call(offsets_for_leader_epoch.handle, request, context)
+
+    def DescribeCluster(self, request: Any, context: Any) -> Any:
+        return self._call(partial(describe_cluster.handle, listener=self._listener), request, context)
+
+    def DescribeConfigs(self, request: Any, context: Any) -> Any:
+        return self._call(describe_configs.handle, request, context)
+
+    def DescribeLogDirs(self, request: Any, context: Any) -> Any:
+        return self._call(describe_log_dirs.handle, request, context)
+
+    def CreateTopics(self, request: Any, context: Any) -> Any:
+        return self._call(forward.create_topics, request, context)
+
+    def DeleteTopics(self, request: Any, context: Any) -> Any:
+        return self._call(forward.delete_topics, request, context)
+
+    def CreatePartitions(self, request: Any, context: Any) -> Any:
+        return self._call(forward.create_partitions, request, context)
+
+    def AlterConfigs(self, request: Any, context: Any) -> Any:
+        return self._call(forward.alter_configs, request, context)
+
+    def ElectLeaders(self, request: Any, context: Any) -> Any:
+        return self._call(forward.elect_leaders, request, context)
+
+    def InitProducerId(self, request: Any, context: Any) -> Any:
+        return self._call(init_producer_id.handle, request, context)
+
+    def FindCoordinator(self, request: Any, context: Any) -> Any:
+        return self._call(partial(find_coordinator.handle, listener=self._listener), request, context)
+
+    def ConsumerGroupHeartbeat(self, request: Any, context: Any) -> Any:
+        return self._call(consumer_group_heartbeat.handle, request, context)
+
+    def OffsetCommit(self, request: Any, context: Any) -> Any:
+        return self._call(offset_commit.handle, request, context)
+
+    def OffsetFetch(self, request: Any, context: Any) -> Any:
+        return self._call(offset_fetch.handle, request, context)
+
+    def ListGroups(self, request: Any, context: Any) -> Any:
+        return self._call(list_groups.handle, request, context)
+
+    def ConsumerGroupDescribe(self, request: Any, context: Any) -> Any:
+        return self._call(consumer_group_describe.handle, request, context)
+
+    def DeleteGroups(self, request: Any, context: Any) -> Any:
+        return self._call(delete_groups.handle, request, context)
 
 
 def message_limits(config: BrokerConfig) -> tuple[int, int]:
