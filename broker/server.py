@@ -129,7 +129,9 @@ class BrokerServer:
         self.fetchers = ReplicaFetcherManager(
             options.node_id, self.replicas, config, lambda: self.lifecycle.broker_epoch
         )
-        self.isr = IsrManager(options.node_id, self.replicas, self.channel, config, lambda: self.lifecycle.broker_epoch)
+        self.isr = IsrManager(
+            options.node_id, self.replicas, self.channel, config, lambda: self.lifecycle.broker_epoch, self.metadata
+        )
         self.ctx.producer_ids = ProducerIdManager(
             controller_allocator(self.channel.call, options.node_id, lambda: self.lifecycle.broker_epoch, 10.0)
         )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from log.append import AppendInfo
 from log.clock import Clock
@@ -227,10 +227,15 @@ class Partition:
             self._sync_high_watermark()
             return True
 
-    def isr_change(self, lag_max_ms: float) -> AlterPartitionRequest | None:
-        """As leader: the AlterPartition to send now by the rules ISR1-ISR3, ISR5, ISR7 of ``replication.isr``
-        (None: nothing to change, one is pending and not due again, or not leader). The HW counts the larger ISR
-        meanwhile (ISR4)."""
+    def isr_change(
+        self, lag_max_ms: float, may_join_isr: Callable[[int, int], bool] | None = None
+    ) -> AlterPartitionRequest | None:
+        """As leader: the AlterPartition to send now by the rules ISR1-ISR3, ISR5, ISR7, ISR8 of
+        ``replication.isr`` (None: nothing to change, one is pending and not due again, or not leader). The HW
+        counts the larger ISR meanwhile (ISR4).
+
+        ``may_join_isr(broker_id, broker_epoch)``: whether the metadata lets that life of the broker join (ISR8:
+        registered with that epoch, unfenced, not in controlled shutdown); None lets every caught-up one."""
         with self._lock:
             state, hw = self._isr_state, self._leader_state
             if self._role is not Role.LEADER or state is None or hw is None:
@@ -247,7 +252,9 @@ class Partition:
             )
             request = state.propose_shrink(lagging)
             for replica_id, progress in sorted(hw.followers.items()):
-                if request is None and may_join(progress, self._high_watermark, self._epoch_start_offset):
+                if request is not None or not may_join(progress, self._high_watermark, self._epoch_start_offset):
+                    continue
+                if may_join_isr is None or may_join_isr(replica_id, progress.broker_epoch):  # ISR8
                     request = state.propose_expand(replica_id, progress.broker_epoch)
             if request is not None:
                 self._isr_sent_ms = now
