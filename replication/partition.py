@@ -308,17 +308,27 @@ class Partition:
             return self._log.decide_truncation(asked_epoch, answer)
 
     def truncate_as_follower(self, offset: int, leader_epoch: int) -> bool:
-        """Cut the log at ``offset`` after an OffsetsForLeaderEpoch answer (TR2-TR6), while still the
+        """Cut the log at ``offset`` after an OffsetsForLeaderEpoch answer (TR2-TR7), while still the
         follower of ``leader_epoch``; False (nothing done) otherwise. The epoch cache is cut and saved after
-        the log. The high watermark never goes back (HW2): a truncation below it is a bug, logged and capped."""
+        the log.
+
+        TR7: the leader's log is the truth, even below this replica's high watermark. A leader that ends
+        below it (elected uncleanly, or the last ISR member that came back without its unflushed tail) has
+        lost records this replica saw committed; keeping them would leave different records at the same
+        offsets, or loop on OFFSET_OUT_OF_RANGE. So the log is cut there anyway and the high watermark
+        lowered to the new log end, with a warning (Kafka's ``ReplicaFetcherThread.truncate``)."""
         with self._lock:
             if self._role is not Role.FOLLOWER or self._leader_epoch != leader_epoch:
                 return False
             if offset < self._high_watermark:
-                logger.error("%s: truncation to %d below the high watermark %d", self, offset, self._high_watermark)
-                offset = self._high_watermark
+                logger.warning(
+                    "%s: truncating to %d, below the high watermark %d: leader %d (epoch %d) does not have "
+                    "records this replica saw committed (an unclean election, or a leader that lost its "
+                    "unflushed tail)", self, offset, self._high_watermark, self._leader_id, leader_epoch,
+                )  # fmt: skip
             if self._log.truncate_to(offset):
                 self._bytes.reset()
+            self._high_watermark = min(self._high_watermark, self._log.log_end_offset)
             return True
 
     def restart_at(self, offset: int, leader_epoch: int) -> bool:
