@@ -27,13 +27,14 @@ from log.append import AppendInfo
 from log.clock import Clock
 from log.config import LogConfig
 from log.errors import StorageError
-from log.log import Log
+from log.log import FetchData, Log
 from log.producer_state import ProducerEntry
 from replication.epoch_cache import EpochEndOffset
 from replication.errors import (
     FencedLeaderEpochError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     PartitionError,
     UnknownLeaderEpochError,
 )
@@ -41,7 +42,12 @@ from replication.fetch_positions import MAX_PENDING_POSITIONS, AppendedBytes
 from replication.high_watermark import UNKNOWN_OFFSET, HighWatermark, ReplicaProgress
 from replication.isr import AlterPartitionRequest, IsrState, may_join, out_of_sync
 from replication.sequence_wait import SEQUENCE_POLL_S, SEQUENCE_WAIT_MS, HeldBatchWait
-from replication.timestamps import offset_of_max_timestamp
+from replication.timestamps import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    lookup_offset,
+)
 from replication.truncation import TruncationDecision
 from replication.unified_log import (
     PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
@@ -54,13 +60,13 @@ logger = logging.getLogger(__name__)
 
 NO_EPOCH = -1  # current_leader_epoch = -1: the caller does not check epochs
 NO_LEADER = -1
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3
 ISR_RESEND_MS = 1_000.0  # an unsettled AlterPartition is sent again after this long
 
 
 __all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
     "MAX_PENDING_POSITIONS",
     "PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS",
     "PRODUCER_ID_EXPIRATION_MS",
@@ -504,15 +510,28 @@ class Partition:
         current_leader_epoch: int = NO_EPOCH,
         min_one_batch: bool = True,
         replica_epoch: int = -1,
+        last_fetched_epoch: int = NO_EPOCH,
     ) -> PartitionRead:
         """Whole batches from ``fetch_offset``: for consumers (``replica_id`` < 0) only below the high
         watermark, for followers to the log end; a follower's fetch also reports its position (HW4).
+
+        Divergence (KIP-320 for consumers, as Kafka's ``validateFetchOffsetAndMaybeGetDivergingEpoch``):
+        with ``last_fetched_epoch`` (the epoch of the batch before ``fetch_offset`` in the reader's view),
+        when this log's largest epoch ``<=`` it is older, or ends before ``fetch_offset``, the reader holds
+        records this log does not: the answer has no records and ``diverging_epoch`` says where the reader's
+        epoch ends here (the reader truncates or resets its position there).
 
         Raises the epoch errors, NotLeaderOrFollowerError, and OffsetOutOfRangeError outside
         ``[log_start_offset, log_end_offset]``.
         """
         with self._lock:
             log, high_watermark, epoch = self._leader_snapshot(current_leader_epoch, replica_id)
+            if last_fetched_epoch >= 0:
+                end = self._log.end_offset_for(last_fetched_epoch)
+                if end.leader_epoch < last_fetched_epoch or end.end_offset < fetch_offset:
+                    start, leo = self._log.log_start_offset, self._log.log_end_offset
+                    empty = FetchData(b"", fetch_offset, fetch_offset, -1, 0, start, leo)
+                    return PartitionRead(empty, high_watermark, start, leo, epoch, False, diverging_epoch=end)
         max_offset = None if replica_id >= 0 else high_watermark
         try:
             data = log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
@@ -558,20 +577,24 @@ class Partition:
     ) -> tuple[int, int] | None:
         """ListOffsets: ``(offset, timestamp)`` for -2 earliest, -1 latest (the HW for consumers, the log end
         for replicas), -3 the record with the largest timestamp, or the first record at or after a time;
-        None when no record qualifies below the high watermark (Kafka's ``fetchOffsetForTimestamp``)."""
+        None when no record qualifies below the high watermark (Kafka's ``fetchOffsetForTimestamp``).
+
+        KIP-207: for consumers, while this new leader's high watermark is below the start offset of its
+        epoch (a follower's HW lags the old leader's by up to a fetch), "latest" raises OffsetNotAvailableError
+        instead of an offset below what the old leader answered, and so does a time lookup that found
+        nothing below the high watermark."""
         with self._lock:
             log, high_watermark, _ = self._leader_snapshot(current_leader_epoch, -1)
+            epoch_start = self._epoch_start_offset
+            lagging = not for_replica and epoch_start > high_watermark
         upper = log.log_end_offset if for_replica else high_watermark
-        if timestamp_ms == EARLIEST_TIMESTAMP:
-            return log.log_start_offset, -1
-        if timestamp_ms == LATEST_TIMESTAMP:
-            return upper, -1
-        if timestamp_ms == MAX_TIMESTAMP:
-            return offset_of_max_timestamp(log, upper)
-        if timestamp_ms < 0:
-            raise ValueError(f"timestamp {timestamp_ms} is not -1, -2, -3 or a time")
-        found = log.offset_for_timestamp(timestamp_ms)
-        return found if found is not None and found[0] < upper else None
+        found = lookup_offset(log, timestamp_ms, upper, latest_known=not lagging)
+        if found is None and lagging:
+            raise OffsetNotAvailableError(
+                f"{self.key_str}: the high watermark {high_watermark} of the new leader is below the start "
+                f"offset {epoch_start} of its epoch; ask again"
+            )
+        return found
 
     @property
     def key_str(self) -> str:

@@ -10,7 +10,9 @@ Consumers (``replica_id`` < 0) read below the high watermark, followers to the l
 reports its position (which may move the high watermark: waiting acks=all produces are then checked).
 
 Per partition: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH
-(``current_leader_epoch``), OFFSET_OUT_OF_RANGE with the log start and end offsets filled in.
+(``current_leader_epoch``), OFFSET_OUT_OF_RANGE with the log start and end offsets filled in. With
+``last_fetched_epoch`` >= 0 a reader whose epoch ends before its fetch offset here gets ``diverging_epoch``
+and no records (KIP-320; ``Partition.read``).
 
 The answer is immediate when ``max_wait_ms`` <= 0, the data reaches ``min_bytes``, any partition has an
 error, or there is nothing to fetch; otherwise a :class:`~broker.delayed_fetch.DelayedFetch` waits (its
@@ -40,6 +42,7 @@ class _Target:
     fetch_offset: int
     partition_max_bytes: int
     current_leader_epoch: int
+    last_fetched_epoch: int = -1
 
 
 def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
@@ -47,7 +50,8 @@ def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
     limit = ctx.config.replica_fetch_response_max_bytes if for_replica else ctx.config.fetch_max_bytes
     max_bytes = min(request.max_bytes, limit) if request.max_bytes > 0 else limit
     targets = [
-        _Target(topic.name, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
+        _Target(topic.name, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
+                p.last_fetched_epoch if p.HasField("last_fetched_epoch") else -1)
         for topic in request.topics
         for p in topic.partitions
     ]
@@ -96,7 +100,7 @@ def _read_all(
         answer = topic.partitions.add(partition=target.partition)
         size = _read_one(ctx, replica_id, target, min(_partition_limit(target, max_bytes), budget), min_one_batch,
                          answer, replica_epoch)  # fmt: skip
-        failed = failed or bool(answer.error.code)
+        failed = failed or bool(answer.error.code) or answer.HasField("diverging_epoch")  # both answer at once
         sizes.append(size)
         if size:
             min_one_batch = False
@@ -116,6 +120,7 @@ def _read_one(
         read = partition.read(
             target.fetch_offset, max(max_bytes, 0), replica_id=replica_id,
             current_leader_epoch=target.current_leader_epoch, min_one_batch=min_one_batch, replica_epoch=replica_epoch,
+            last_fetched_epoch=target.last_fetched_epoch,
         )  # fmt: skip
     except OffsetOutOfRangeError as exc:
         answer.error.CopyFrom(error_of(exc))
@@ -131,6 +136,9 @@ def _read_one(
     answer.log_start_offset = read.log_start_offset
     answer.log_end_offset = read.log_end_offset
     answer.leader_epoch = read.leader_epoch
+    if read.diverging_epoch is not None:  # KIP-320: no records, where the reader's epoch ends here
+        answer.diverging_epoch.epoch = read.diverging_epoch.leader_epoch
+        answer.diverging_epoch.end_offset = read.diverging_epoch.end_offset
     records = read.records
     if records:
         answer.records = records
