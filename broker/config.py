@@ -36,7 +36,7 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
                                                                 interval (sys.setswitchinterval; Python's 5 ms
                                                                 lets a busy thread delay a woken request that long)
     offsets.topic.num.partitions                   50           __consumer_offsets partitions (at creation)
-    offsets.topic.replication.factor               3            capped at the live brokers at creation
+    offsets.topic.replication.factor               3            not created with fewer live brokers
     offsets.retention.ms                           604800000    committed offsets of an empty group expire
     offsets.retention.check.interval.ms            600000       how often expired offsets and empty groups go
     offsets.commit.timeout.ms                      5000         a coordinator write waits this long for the ISR

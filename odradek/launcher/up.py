@@ -182,8 +182,13 @@ def make_children(plan: ClusterPlan, secret: Path, args: argparse.Namespace) -> 
         Child(c.name, c.role, child_argv(plan, c, secret, args.controller_config or []), env, plan.log_path(c))
         for c in plan.controllers
     ]
+    broker_config = list(args.broker_config or [])
+    if not any(item.startswith("offsets.topic.replication.factor=") for item in broker_config):
+        # Kafka's quickstart habit: a cluster smaller than the default factor (3) sets it to its size, since
+        # __consumer_offsets is not created with fewer live brokers than the factor.
+        broker_config.insert(0, f"offsets.topic.replication.factor={min(3, len(plan.brokers))}")
     brokers = [
-        Child(b.name, b.role, child_argv(plan, b, secret, args.broker_config or []), broker_env, plan.log_path(b))
+        Child(b.name, b.role, child_argv(plan, b, secret, broker_config), broker_env, plan.log_path(b))
         for b in plan.brokers
     ]
     return controllers, brokers
