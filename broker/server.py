@@ -24,7 +24,8 @@ thread and maintenance. The broker is *ready* once the controller unfenced it (i
 Stop (SIGTERM / SIGINT), in order: controlled shutdown (heartbeats with ``want_shut_down`` until the
 controller moved this broker's leaderships away, bounded by ``controlled.shutdown.timeout.ms``); stop
 accepting requests; answer every waiting request; stop the threads; checkpoint high watermarks; flush and
-close every log (each writes its clean-shutdown marker).
+close every log (each writes its clean-shutdown marker); write the broker's clean-shutdown epoch
+(``broker.clean_shutdown``, read and removed at the next start and named in its registration, KIP-966).
 
 Launchers: run brokers with ``MALLOC_MMAP_THRESHOLD_=67108864`` in the environment. glibc then serves the
 large request and response buffers from its heap instead of fresh mmaps (a page fault per page each
@@ -40,6 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from broker import clean_shutdown
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.controller_channel import ControllerChannel
@@ -150,6 +152,7 @@ class BrokerServer:
         from broker.service import start_grpc_server  # grpc's server side is the process's business
 
         self.replicas.startup()
+        self.lifecycle.previous_broker_epoch = clean_shutdown.take_previous_epoch(self.options.data_dir)
         try:
             for listener in self.options.all_listeners():
                 self._grpc.append(start_grpc_server(self.ctx, listener.listen, listener=listener.name))
@@ -210,4 +213,5 @@ class BrokerServer:
         self.cleaner.stop()
         self.coordinator.stop()
         self.replicas.shutdown()  # checkpoints high watermarks, flushes and closes every log
+        clean_shutdown.record(self.options.data_dir, self.lifecycle.broker_epoch)  # KIP-966: a clean shutdown
         logger.info("broker %d stopped", self.node_id)

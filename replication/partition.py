@@ -116,6 +116,7 @@ class Partition:
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         producer_id_expiration_check_interval_ms: int = PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
         sequence_wait_ms: float = SEQUENCE_WAIT_MS,
+        eligible_leader_replicas: bool = True,
     ) -> None:
         self.topic_id = topic_id
         self.topic = topic
@@ -141,6 +142,7 @@ class Partition:
         self._epoch_start_offset = 0
         self._bytes = AppendedBytes()  # byte positions for DelayedFetch
         self._held = HeldBatchWait(self._lock, clock, sequence_wait_ms)  # S8
+        self._elr = eligible_leader_replicas  # HW8
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, {self._role}, epoch {self._leader_epoch})"
@@ -220,8 +222,9 @@ class Partition:
             self._log.assign_epoch(reg.leader_epoch, self._log.log_end_offset)  # saved before the epoch's first write
             if is_new_term or self._leader_state is None or self._isr_state is None:
                 self._leader_state = HighWatermark.start(
-                    self.local_broker_id, reg.replicas, reg.isr, self._high_watermark, self._log.log_end_offset
-                )
+                    self.local_broker_id, reg.replicas, reg.isr, self._high_watermark, self._log.log_end_offset,
+                    self._hw_min_isr(),
+                )  # fmt: skip
                 self._isr_state = IsrState(
                     self.local_broker_id, reg.leader_epoch, reg.partition_epoch, frozenset(reg.isr)
                 )
@@ -387,6 +390,13 @@ class Partition:
             if config == self._log.config or self._log.closed:
                 return
             self._log.reopen(config)
+            if self._leader_state is not None:
+                self._leader_state.min_isr = self._hw_min_isr()
+                self._leader_state.advance()
+                self._sync_high_watermark()
+
+    def _hw_min_isr(self) -> int:
+        return self._log.config.min_insync_replicas if self._elr else 0
 
     def delete_old_segments(self) -> int:
         """Retention (time, size, log start), never past the high watermark; returns the segments deleted."""
