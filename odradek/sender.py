@@ -14,8 +14,11 @@ Per-partition answers: success completes the batches' futures with their offsets
 (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, a lost connection, ...) puts the batches back at the
 front of their queue after a backoff, refreshing metadata first when the error says it is stale, as
 long as ``retries`` and ``delivery.timeout.ms`` allow; anything else fails the futures with the typed
-error. With ``acks=0`` futures complete (offset -1) as soon as the request is sent, and nothing is
-retried.
+error. Failover (as Kafka's client): while a partition with queued batches is led by a broker the last
+request to which failed on the connection, metadata is refreshed every pass (the client spaces refreshes by
+``retry.backoff.ms``), and a retried batch whose partition got a new leader goes at once, without the rest
+of its backoff (KIP-951, ``RecordAccumulator``). With ``acks=0`` futures complete (offset -1) as soon as
+the request is sent, and nothing is retried.
 
 Idempotence (``enable.idempotence``, ``odradek.idempotence``): before the first batch goes out, and after
 an epoch bump was asked for and every batch with a sequence got its final answer, the sender asks any broker
@@ -95,6 +98,7 @@ class Sender:
         self._max_in_flight = config.max_in_flight_requests_per_connection
         self._in_flight: dict[int, int] = {}
         self._requests: set[_Request] = set()
+        self._unreachable: set[int] = set()  # brokers whose last request failed on the connection
         self._completions: deque[tuple[_Request, Any]] = deque()
         self._wake = threading.Event()
         self._running = True
@@ -163,7 +167,8 @@ class Sender:
         init_wait_ms = self._maybe_init_producer_id(now)
         cluster = self._client.cluster
         check = self._accumulator.ready(cluster.leader, now)
-        if check.unknown_leaders:
+        unreachable = bool(self._unreachable & check.leaders)  # a dead leader: look for its successor
+        if check.unknown_leaders or unreachable:
             self._client.request_update()
         nodes = [n for n in check.nodes if self._in_flight.get(n, 0) < self._max_in_flight]
         sent = False
@@ -178,7 +183,7 @@ class Sender:
         if not self._running and not self._requests and not self._accumulator.has_incomplete():
             return  # closing, and nothing is left to wait for
         wait_ms = min(check.next_check_ms, MAX_IDLE_MS, init_wait_ms)
-        if check.unknown_leaders:
+        if check.unknown_leaders or unreachable:
             wait_ms = min(wait_ms, self._client.metadata_due_in_ms(now))
         if wait_ms > 0:
             self._wake.wait(wait_ms / 1000)
@@ -284,6 +289,10 @@ class Sender:
         for batches in request.batches.values():
             for batch in batches:
                 batch.in_flight = False
+        if isinstance(outcome, NetworkError):
+            self._unreachable.add(request.node)
+        else:
+            self._unreachable.discard(request.node)
         if isinstance(outcome, KafkaError):
             if outcome.invalid_metadata:
                 self._client.request_update()
