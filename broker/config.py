@@ -49,6 +49,14 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
     group.consumer.heartbeat.interval.ms           5000         the interval the coordinator tells members
     group.consumer.assignors                       uniform,range  server assignors; the first is the default
     group.consumer.max.size                        2147483647   members per group
+    group.min/max.session.timeout.ms               6000/1800000 bounds of a classic member's session timeout
+    group.initial.rebalance.delay.ms               3000         a classic group's first rebalance waits this
+    group.max.size                                 2147483647   members per classic group
+    max.connections                                10000        Kafka-listener connections per listener
+                                                                (Kafka: unbounded); one thread each
+    connections.max.idle.ms                        600000       an idle Kafka-listener connection closes
+    socket.sendfile.enable                         true         not Kafka's: Kafka-listener fetches send
+                                                                segment bytes with sendfile (false: copy)
     producer.id.expiration.ms                      86400000     an idempotent producer's partition state goes
                                                                 this long after its last batch's timestamp
     producer.id.expiration.check.interval.ms       600000       how often partitions look for expired producers
@@ -135,6 +143,14 @@ _BROKER_ONLY = [
     _key("group.consumer.heartbeat.interval.ms", _INT, "5000", 1),
     _key("group.consumer.assignors", _STRING, "uniform,range"),
     _key("group.consumer.max.size", _INT, str(INT_MAX), 1),
+    # the classic group protocol and the Kafka listener (broker/group/classic.py, broker/kafka/)
+    _key("group.min.session.timeout.ms", _INT, "6000", 1),
+    _key("group.max.session.timeout.ms", _INT, "1800000", 1),
+    _key("group.initial.rebalance.delay.ms", _INT, "3000", 0),
+    _key("group.max.size", _INT, str(INT_MAX), 1),
+    _key("max.connections", _INT, "10000", 1),
+    _key("connections.max.idle.ms", _LONG, "600000", 1),
+    _key("socket.sendfile.enable", _BOOL, "true"),
     _key("producer.id.expiration.ms", _INT, "86400000", 1),
     _key("producer.id.expiration.check.interval.ms", _INT, "600000", 1),
     _key("transactional.id.expiration.ms", _INT, "604800000", 1),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel
@@ -38,3 +39,4 @@ class BrokerContext:
     forward_timeout_ms: int = 30_000
     producer_ids: ProducerIdManager | None = None  # None: no controller (unit tests); InitProducerId refuses
     coordinator: GroupCoordinator | None = None  # None: no group coordinator (unit tests)
+    classic: Any = None  # broker.group.classic_driver.ClassicCoordinator; None: no classic groups (unit tests)

@@ -15,6 +15,9 @@ Threads and what each owns:
 - the ISR thread (:class:`~broker.isr_manager.IsrManager`) sends the led partitions' AlterPartition;
 - the group coordinator thread (:class:`~broker.group.coordinator.GroupCoordinator`) loads the groups of the
   ``__consumer_offsets`` partitions led here and runs their timers;
+- the Kafka-protocol listeners (:mod:`broker.kafka`, listeners named ``KAFKA`` or ``KAFKA_*``): an acceptor
+  thread each and one thread per client connection, which runs the same handlers as gRPC; the classic
+  group timer thread (:mod:`broker.group.classic_driver`);
 - one fetcher thread per leader this broker follows partitions from
   (:class:`~broker.replica_fetcher.ReplicaFetcherManager`, reassigned by the metadata thread after each change).
 
@@ -45,6 +48,8 @@ from broker import clean_shutdown
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.controller_channel import ControllerChannel
+from broker.group.classic import ClassicConfig
+from broker.group.classic_driver import ClassicCoordinator
 from broker.group.config import GroupConfig
 from broker.group.coordinator import GroupCoordinator
 from broker.handlers.describe_cluster import refresh_quorum
@@ -98,6 +103,20 @@ class BrokerOptions:
         return self.listeners or (Listener(LISTENER, self.listen, self.advertised),)
 
 
+def is_kafka_listener(name: str) -> bool:
+    """Listeners named ``KAFKA`` or ``KAFKA_<anything>`` speak Kafka's binary protocol; the others gRPC."""
+    return name == "KAFKA" or name.startswith("KAFKA_")
+
+
+def classic_config(config: BrokerConfig) -> ClassicConfig:
+    return ClassicConfig(
+        min_session_timeout_ms=int(config.get("group.min.session.timeout.ms")),
+        max_session_timeout_ms=int(config.get("group.max.session.timeout.ms")),
+        initial_rebalance_delay_ms=int(config.get("group.initial.rebalance.delay.ms")),
+        max_size=int(config.get("group.max.size")),
+    )
+
+
 class BrokerServer:
     """One broker; see the module docstring.
 
@@ -119,6 +138,8 @@ class BrokerServer:
         )
         self.replicas.role_listeners.append(self.coordinator.on_partition)
         self.ctx.coordinator = self.coordinator
+        self.classic = ClassicCoordinator(self.coordinator, classic_config(config), self.clock)
+        self.ctx.classic = self.classic
         self.lifecycle = BrokerLifecycle(
             options.node_id, self.channel, self.metadata, {lis.name: lis.advertised for lis in options.all_listeners()},
             rack=config.rack, heartbeat_interval_ms=config.heartbeat_interval_ms,
@@ -137,7 +158,8 @@ class BrokerServer:
         self.ctx.producer_ids = ProducerIdManager(
             controller_allocator(self.channel.call, options.node_id, lambda: self.lifecycle.broker_epoch, 10.0)
         )
-        self._grpc: list[Any] = []  # one gRPC server per listener
+        self._grpc: list[Any] = []  # one gRPC server per gRPC listener
+        self._kafka: list[Any] = []  # one broker.kafka.server.KafkaListener per Kafka-protocol listener
         self._stopped = False
         self._stop_lock = threading.Lock()
 
@@ -155,10 +177,18 @@ class BrokerServer:
         self.lifecycle.previous_broker_epoch = clean_shutdown.take_previous_epoch(self.options.data_dir)
         try:
             for listener in self.options.all_listeners():
-                self._grpc.append(start_grpc_server(self.ctx, listener.listen, listener=listener.name))
+                if is_kafka_listener(listener.name):
+                    from broker.kafka.server import KafkaListener
+
+                    kafka = KafkaListener(self.ctx, listener.name, listener.listen)
+                    kafka.start()
+                    self._kafka.append(kafka)
+                else:
+                    self._grpc.append(start_grpc_server(self.ctx, listener.listen, listener=listener.name))
             self.replicas.fetch_purgatory.start()
             self.replicas.produce_purgatory.start()
             self.coordinator.start()
+            self.classic.start()
             self.loader.start()
             self.lifecycle.start()
             self.maintenance.start()
@@ -200,6 +230,8 @@ class BrokerServer:
             elif not self.lifecycle.uncontrolled:
                 logger.warning("broker %d: controlled shutdown not confirmed in %.1f s", self.node_id, timeout_s)
         stopped = [server.stop(GRPC_GRACE_S) for server in self._grpc]  # no new requests
+        for kafka in self._kafka:
+            kafka.stop()
         self.replicas.fetch_purgatory.shutdown()  # waiting requests answer now
         self.replicas.produce_purgatory.shutdown()
         for event in stopped:
@@ -211,6 +243,7 @@ class BrokerServer:
         self.fetchers.shutdown()
         self.maintenance.stop()
         self.cleaner.stop()
+        self.classic.stop()
         self.coordinator.stop()
         self.replicas.shutdown()  # checkpoints high watermarks, flushes and closes every log
         clean_shutdown.record(self.options.data_dir, self.lifecycle.broker_epoch)  # KIP-966: a clean shutdown

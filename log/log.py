@@ -83,6 +83,22 @@ class FetchData:
         return len(self.records)
 
 
+@dataclass(frozen=True, slots=True)
+class FetchSlice:
+    """The answer to :meth:`Log.read_slice`: where the batches are in a segment file, for a zero-copy send.
+
+    ``fd`` is a duplicate descriptor of that file owned by the caller (close it), -1 when ``size_bytes``
+    is 0. The slice may end inside a batch (see :meth:`Segment.locate`).
+    """
+
+    fd: int
+    position: int
+    size_bytes: int
+    fetch_offset: int
+    log_start_offset: int
+    log_end_offset: int
+
+
 class Log:
     """One partition's log. Open with :meth:`Log.open`.
 
@@ -320,14 +336,7 @@ class Log:
         log_end_offset]`` raises OffsetOutOfRangeError.
         """
         with self._lock:
-            self._ensure_open()
-            if not self._log_start_offset <= offset <= self._log_end_offset:
-                raise OffsetOutOfRangeError(
-                    f"offset {offset} is out of range: log start offset {self._log_start_offset}, "
-                    f"log end offset {self._log_end_offset} in {self._dir}"
-                )
-            first = max(bisect_right(self._bases, offset) - 1, 0)
-            for segment in self._segments[first:] if offset < self._log_end_offset else ():
+            for segment in self._segments_from(offset):
                 found = segment.read(offset, max_bytes, max_offset, min_one_batch)
                 if found is not None:
                     position, records = found
@@ -335,6 +344,32 @@ class Log:
                     return self._fetch_data(records, offset, first_offset, segment, position)
             active = self._segments[-1]
             return self._fetch_data(b"", offset, offset, active, active.size_bytes)
+
+    def read_slice(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> FetchSlice:
+        """As :meth:`read`, but the place of the bytes instead of the bytes (see :class:`FetchSlice`)."""
+        with self._lock:
+            for segment in self._segments_from(offset):
+                found = segment.locate(offset, max_bytes, max_offset, min_one_batch)
+                if found is not None:
+                    position, size = found
+                    fd = segment.duplicate_fd() if size else -1
+                    return FetchSlice(fd, position, size, offset, self._log_start_offset, self._log_end_offset)
+            return FetchSlice(-1, 0, 0, offset, self._log_start_offset, self._log_end_offset)
+
+    def _segments_from(self, offset: int) -> list[Segment]:
+        """The segments a read at ``offset`` looks at, in order (none at the log end); the lock is held.
+        Raises OffsetOutOfRangeError outside ``[log_start_offset, log_end_offset]``."""
+        self._ensure_open()
+        if not self._log_start_offset <= offset <= self._log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range: log start offset {self._log_start_offset}, "
+                f"log end offset {self._log_end_offset} in {self._dir}"
+            )
+        if offset == self._log_end_offset:
+            return []
+        return self._segments[max(bisect_right(self._bases, offset) - 1, 0) :]
 
     def _fetch_data(self, records: bytes, offset: int, first: int, segment: Segment, position: int) -> FetchData:
         return FetchData(

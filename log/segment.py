@@ -412,6 +412,33 @@ class Segment:
         end = whole_batches_end(chunk, max_offset)
         return position, chunk if end == len(chunk) else chunk[:end]
 
+    def locate(
+        self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
+    ) -> tuple[int, int] | None:
+        """Where :meth:`read` would read, without reading the batches: ``(position, size)``, or None if past
+        the end. As Kafka's ``LogSegment.read`` for a zero-copy send, the region ends at ``max_bytes`` even
+        inside a batch (readers drop a partial batch at the end of a fetch), or at the first batch whose
+        base offset is >= ``max_offset``; the first batch is whole when ``min_one_batch``."""
+        found = self.find_batch(offset)
+        if found is None:
+            return None
+        position, first = found
+        if max_offset is not None and first.base_offset >= max_offset:
+            return position, 0
+        if first.size_bytes > max_bytes:
+            return position, first.size_bytes if min_one_batch else 0
+        end = self.size_bytes
+        if max_offset is not None:
+            stop = self.find_batch(max_offset)
+            if stop is not None:
+                stop_position, header = stop
+                end = stop_position if header.base_offset >= max_offset else stop_position + header.size_bytes
+        return position, min(max_bytes, end - position)
+
+    def duplicate_fd(self) -> int:
+        """A new descriptor of the ``.log`` file (the caller closes it): stays valid if the segment closes."""
+        return os.dup(self._fd)
+
     def _pread(self, size: int, position: int) -> bytes:
         data = os.pread(self._fd, size, position)
         if len(data) != size:

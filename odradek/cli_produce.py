@@ -29,7 +29,7 @@ from odradek.errors import CliError, ConfigError, OdradekError
 if TYPE_CHECKING:
     from odradek.types import RecordMetadata
 
-COMPRESSIONS = ("none", "gzip", "lz4", "zstd")
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 def add_produce_parser(commands: Any) -> None:

@@ -32,7 +32,7 @@ from odradek.errors import ConfigError
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
-SUPPORTED_COMPRESSION = ("none", "gzip", "lz4", "zstd")
+SUPPORTED_COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 
 Parser = Callable[[str, object], Any]
 
@@ -129,10 +129,6 @@ def _acks(key: str, value: object) -> int:
 
 def _compression(key: str, value: object) -> str:
     text = value.strip().lower() if isinstance(value, str) else None
-    if text == "snappy":
-        raise ConfigError(
-            "compression.type 'snappy' is not supported by this build (no snappy library); use gzip, lz4 or zstd"
-        )
     if text not in SUPPORTED_COMPRESSION:
         raise _bad(key, value, " | ".join(SUPPORTED_COMPRESSION))
     return text

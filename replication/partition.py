@@ -1,20 +1,12 @@
-"""One partition on one broker: its role, the registration it follows, replicas, ISR and high watermark.
+"""One partition on one broker (Kafka's ``Partition``): its role, the registration it follows, replicas, ISR
+and high watermark. It owns, and drives under one lock (STYLE.md §1, one module per piece):
+:class:`~replication.unified_log.UnifiedLog` (the log with its producer state and leader-epoch cache),
+:class:`~replication.high_watermark.HighWatermark` (HW1-HW8) and :class:`~replication.isr.IsrState`
+(ISR1-ISR8), :class:`~replication.sequence_wait.HeldBatchWait` (S8) and
+:class:`~replication.fetch_positions.AppendedBytes` (DelayedFetch positions).
 
-The pieces, each in its own module (STYLE.md §1):
-
-* :class:`~replication.unified_log.UnifiedLog` -- the log with its producer state and leader-epoch cache
-  (Kafka's ``UnifiedLog``): producer-state checks and updates on every append, epochs, truncation;
-* :class:`~replication.high_watermark.HighWatermark` (HW1-HW7) and :class:`~replication.isr.IsrState`
-  (ISR1-ISR7) -- the leader's rules, pure;
-* :class:`~replication.sequence_wait.HeldBatchWait` -- the bounded wait of a producer's batch that arrived
-  ahead of its turn (``log.producer_state`` S8);
-* :class:`~replication.fetch_positions.AppendedBytes` -- byte positions for DelayedFetch.
-
-:class:`Partition` owns one of each and drives them: appends as leader, reads for consumers and followers,
-role changes from the metadata image, epoch checks, follower truncation and appends.
-
-Error names are Kafka's: NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, FENCED_LEADER_EPOCH,
-UNKNOWN_LEADER_EPOCH, plus whatever the log raises (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, OFFSET_OUT_OF_RANGE).
+Error names are Kafka's: NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+OFFSET_NOT_AVAILABLE, plus the log's (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, OFFSET_OUT_OF_RANGE).
 """
 
 from __future__ import annotations
@@ -22,12 +14,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 from log.append import AppendInfo
 from log.clock import Clock
 from log.config import LogConfig
 from log.errors import StorageError
-from log.log import FetchData, Log
+from log.log import FetchData, FetchSlice, Log
 from log.producer_state import ProducerEntry
 from replication.epoch_cache import EpochEndOffset
 from replication.errors import (
@@ -38,16 +31,11 @@ from replication.errors import (
     PartitionError,
     UnknownLeaderEpochError,
 )
-from replication.fetch_positions import MAX_PENDING_POSITIONS, AppendedBytes
+from replication.fetch_positions import AppendedBytes
 from replication.high_watermark import UNKNOWN_OFFSET, HighWatermark, ReplicaProgress
 from replication.isr import AlterPartitionRequest, IsrState, may_join, out_of_sync
-from replication.sequence_wait import SEQUENCE_POLL_S, SEQUENCE_WAIT_MS, HeldBatchWait
-from replication.timestamps import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    MAX_TIMESTAMP,
-    lookup_offset,
-)
+from replication.sequence_wait import SEQUENCE_WAIT_MS, HeldBatchWait
+from replication.timestamps import lookup_offset
 from replication.truncation import TruncationDecision
 from replication.unified_log import (
     PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
@@ -57,6 +45,7 @@ from replication.unified_log import (
 from replication.views import FetchPosition, PartitionRead, Registration, Role
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 NO_EPOCH = -1  # current_leader_epoch = -1: the caller does not check epochs
 NO_LEADER = -1
@@ -64,14 +53,6 @@ ISR_RESEND_MS = 1_000.0  # an unsettled AlterPartition is sent again after this 
 
 
 __all__ = [
-    "EARLIEST_TIMESTAMP",
-    "LATEST_TIMESTAMP",
-    "MAX_TIMESTAMP",
-    "MAX_PENDING_POSITIONS",
-    "PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS",
-    "PRODUCER_ID_EXPIRATION_MS",
-    "SEQUENCE_POLL_S",
-    "SEQUENCE_WAIT_MS",
     "UNKNOWN_OFFSET",
     "FetchPosition",
     "PartitionRead",
@@ -543,12 +524,8 @@ class Partition:
                     empty = FetchData(b"", fetch_offset, fetch_offset, -1, 0, start, leo)
                     return PartitionRead(empty, high_watermark, start, leo, epoch, False, diverging_epoch=end)
         max_offset = None if replica_id >= 0 else high_watermark
-        try:
-            data = log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
-        except StorageError:
-            if log is self._log.log:  # not closed by a config change's reopen: a real storage error
-                raise
-            data = self._log.log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+        data = self._read_log(log, lambda lg: lg.read(fetch_offset, max_bytes, max_offset=max_offset,
+                                                       min_one_batch=min_one_batch))  # fmt: skip
         moved = False
         if replica_id >= 0:
             with self._lock:
@@ -558,6 +535,27 @@ class Partition:
                     self._sync_high_watermark()
                 high_watermark = self._high_watermark
         return PartitionRead(data, high_watermark, data.log_start_offset, data.log_end_offset, epoch, moved)
+
+    def read_slice(
+        self, fetch_offset: int, max_bytes: int, *, current_leader_epoch: int = NO_EPOCH, min_one_batch: bool = True
+    ) -> tuple[FetchSlice, int, int]:
+        """A consumer's :meth:`read` as a file slice for a zero-copy send (:meth:`Log.read_slice`), below the
+        high watermark: ``(slice, high_watermark, leader_epoch)``; the caller closes ``slice.fd``."""
+        with self._lock:
+            log, high_watermark, epoch = self._leader_snapshot(current_leader_epoch, -1)
+        found = self._read_log(log, lambda lg: lg.read_slice(fetch_offset, max_bytes, max_offset=high_watermark,
+                                                              min_one_batch=min_one_batch))  # fmt: skip
+        return found, high_watermark, epoch
+
+    def _read_log(self, log: Log, read: Callable[[Log], T]) -> T:
+        """``read(log)`` outside the lock; if a config change reopened the log meanwhile (``log`` is closed),
+        ``read`` the new one; any other storage error is raised."""
+        try:
+            return read(log)
+        except StorageError:
+            if log is self._log.log:
+                raise
+            return read(self._log.log)
 
     def end_offset_for_epoch(self, leader_epoch: int, *, current_leader_epoch: int = NO_EPOCH) -> EpochEndOffset:
         """OffsetsForLeaderEpoch, as leader (TR1, EC2): the largest epoch ``<= leader_epoch`` in this log and

@@ -21,7 +21,9 @@ docstring lists when it completes; ``max_wait_ms`` is capped at 300 s) and the p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from broker.context import BrokerContext
 from broker.delayed_fetch import DelayedFetch, FetchStatus
@@ -35,8 +37,11 @@ WAIT_SLACK_S = 5.0
 MAX_WAIT_CAP_MS = 300_000  # a longer max_wait_ms is cut to this (STYLE.md §8: every request has a maximum)
 
 
+R = TypeVar("R")
+
+
 @dataclass(frozen=True, slots=True)
-class _Target:
+class Target:
     topic: str
     partition: int
     fetch_offset: int
@@ -45,23 +50,33 @@ class _Target:
     last_fetched_epoch: int = -1
 
 
+# reads every target within the limits: (response, bytes per target, whether any partition failed)
+ReadAll = Callable[[BrokerContext, int, "list[Target]", int, int], tuple[R, list[int], bool]]
+
+
 def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
+    return fetch(ctx, request, _read_all)
+
+
+def fetch(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) -> R:
+    """The fetch of the module docstring with ``read_all`` reading the partitions (the Kafka listener's
+    reader builds its own response, with file regions for sendfile); ``request`` is read by attribute."""
     for_replica = request.replica_id >= 0
     limit = ctx.config.replica_fetch_response_max_bytes if for_replica else ctx.config.fetch_max_bytes
     max_bytes = min(request.max_bytes, limit) if request.max_bytes > 0 else limit
     targets = [
-        _Target(topic.name, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
-                p.last_fetched_epoch if p.HasField("last_fetched_epoch") else -1)
+        Target(topic.name, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
+               _last_fetched_epoch(p))
         for topic in request.topics
         for p in topic.partitions
     ]
     starts = _positions(ctx, targets, for_replica)  # before the read: nothing that arrives after is missed
-    response, sizes, failed = _read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
+    response, sizes, failed = read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
     total = sum(sizes)
     if request.max_wait_ms <= 0 or total >= request.min_bytes or failed or not targets or total >= max_bytes:
         return response
     statuses = [
-        FetchStatus((t.topic, t.partition), t.fetch_offset, _partition_limit(t, max_bytes), start, size)
+        FetchStatus((t.topic, t.partition), t.fetch_offset, partition_limit(t, max_bytes), start, size)
         for t, start, size in zip(targets, starts, sizes, strict=True)
         if start is not None
     ]
@@ -70,14 +85,23 @@ def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
     purgatory = ctx.replicas.fetch_purgatory
     if not purgatory.try_complete_else_watch(op, op.keys) and not op.wait(op.delay_ms / 1000 + WAIT_SLACK_S):
         op.expire()
-    return _read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)[0]
+    return read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)[0]
 
 
-def _partition_limit(target: _Target, max_bytes: int) -> int:
+def _last_fetched_epoch(p: object) -> int:
+    """KIP-320: the reader's last fetched epoch, -1 when not given (an unset proto3 ``optional``, or a request
+    view without the field)."""
+    has_field = getattr(p, "HasField", None)
+    if has_field is not None:
+        return int(p.last_fetched_epoch) if has_field("last_fetched_epoch") else -1  # type: ignore[attr-defined]
+    return int(getattr(p, "last_fetched_epoch", -1))
+
+
+def partition_limit(target: Target, max_bytes: int) -> int:
     return target.partition_max_bytes if target.partition_max_bytes > 0 else max_bytes
 
 
-def _positions(ctx: BrokerContext, targets: list[_Target], for_replica: bool) -> list[FetchPosition | None]:
+def _positions(ctx: BrokerContext, targets: list[Target], for_replica: bool) -> list[FetchPosition | None]:
     positions: list[FetchPosition | None] = []
     for target in targets:
         partition = ctx.replicas.partition(target.topic, target.partition)
@@ -86,7 +110,7 @@ def _positions(ctx: BrokerContext, targets: list[_Target], for_replica: bool) ->
 
 
 def _read_all(
-    ctx: BrokerContext, replica_id: int, targets: list[_Target], max_bytes: int, replica_epoch: int = -1
+    ctx: BrokerContext, replica_id: int, targets: list[Target], max_bytes: int, replica_epoch: int = -1
 ) -> tuple[pb.FetchResponse, list[int], bool]:
     """Read every target within the limits; ``(response, bytes per target, whether any failed)``."""
     response = pb.FetchResponse()
@@ -98,7 +122,7 @@ def _read_all(
         if topic is None:
             topic = topics[target.topic] = response.topics.add(name=target.topic)
         answer = topic.partitions.add(partition=target.partition)
-        size = _read_one(ctx, replica_id, target, min(_partition_limit(target, max_bytes), budget), min_one_batch,
+        size = _read_one(ctx, replica_id, target, min(partition_limit(target, max_bytes), budget), min_one_batch,
                          answer, replica_epoch)  # fmt: skip
         failed = failed or bool(answer.error.code) or answer.HasField("diverging_epoch")  # both answer at once
         sizes.append(size)
@@ -109,7 +133,7 @@ def _read_all(
 
 
 def _read_one(
-    ctx: BrokerContext, replica_id: int, target: _Target, max_bytes: int, min_one_batch: bool,
+    ctx: BrokerContext, replica_id: int, target: Target, max_bytes: int, min_one_batch: bool,
     answer: pb.FetchPartitionResponse, replica_epoch: int = -1,
 ) -> int:  # fmt: skip
     """Read one partition into ``answer``; returns the bytes read."""
@@ -145,7 +169,7 @@ def _read_one(
     return len(records)
 
 
-def _fill_offsets(ctx: BrokerContext, target: _Target, answer: pb.FetchPartitionResponse) -> None:
+def _fill_offsets(ctx: BrokerContext, target: Target, answer: pb.FetchPartitionResponse) -> None:
     partition = ctx.replicas.partition(target.topic, target.partition)
     if partition is not None:
         answer.log_start_offset = partition.log_start_offset

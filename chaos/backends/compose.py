@@ -109,8 +109,9 @@ class ComposeBackend:
     """See the module docstring. Implements :class:`chaos.backends.Backend`."""
 
     def __init__(
-        self, project: str, compose_file: Path, env: Mapping[str, str], broker_ports: Sequence[int], *, owned: bool
-    ) -> None:
+        self, project: str, compose_file: Path, env: Mapping[str, str], broker_ports: Sequence[int], *, owned: bool,
+        kafka_ports: Sequence[int] = (9392, 9393, 9394),
+    ) -> None:  # fmt: skip
         command = compose_command()
         if command is None:
             raise BackendError("neither `docker compose` nor `docker-compose` answers")
@@ -119,6 +120,7 @@ class ComposeBackend:
         self._compose = [*command, "-p", project, "-f", str(self.compose_file)]
         self._env = dict(env)
         self._broker_ports = list(broker_ports)
+        self._kafka_ports = list(kafka_ports)
         self._owned = owned
         self._containers: dict[str, str] = {}  # node name -> container id
         self._paused: set[str] = set()
@@ -137,16 +139,17 @@ class ComposeBackend:
         healthy (unless ``wait`` is false). ``*_config``: ``--config`` pairs for every broker / controller."""
         rng = random.Random(os.getpid() ^ time.monotonic_ns())  # names and ports only
         project = project or f"odradek-chaos-{rng.randrange(16**6):06x}"
-        ports = free_host_ports(BROKERS)
+        ports, kafka_ports = free_host_ports(BROKERS), free_host_ports(BROKERS)
         env = dict(os.environ)
         env.update({f"ODRADEK_BROKER_{i}_PORT": str(port) for i, port in enumerate(ports)})
+        env.update({f"ODRADEK_BROKER_{i}_KAFKA_PORT": str(port) for i, port in enumerate(kafka_ports)})
         env["ODRADEK_SUBNET"] = free_subnet(rng)
         env["ODRADEK_PUBLISH_HOST"] = env["ODRADEK_ADVERTISED_HOST"] = EXTERNAL_HOST
         env["ODRADEK_BROKER_ARGS"] = " ".join(f"--config {k}={v}" for k, v in (broker_config or {}).items())
         env["ODRADEK_CONTROLLER_ARGS"] = " ".join(f"--config {k}={v}" for k, v in (controller_config or {}).items())
         if image is not None:
             env["ODRADEK_IMAGE"] = image
-        backend = cls(project, Path(compose_file), env, ports, owned=True)
+        backend = cls(project, Path(compose_file), env, ports, owned=True, kafka_ports=kafka_ports)
         try:
             docker(*backend._compose, "up", "-d", "--no-build", timeout_s=UP_TIMEOUT_S, env=env)
             if wait:
@@ -173,6 +176,11 @@ class ComposeBackend:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"{EXTERNAL_HOST}:{port}" for port in self._broker_ports)
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        """The brokers' Kafka-protocol listeners as published on the host (KAFKA_EXTERNAL)."""
+        return ",".join(f"{EXTERNAL_HOST}:{port}" for port in self._kafka_ports)
 
     @property
     def capabilities(self) -> frozenset[Capability]:

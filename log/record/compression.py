@@ -5,7 +5,7 @@ The codec id lives in bits 0..2 of the batch ``attributes``::
     id  name    wire format of the compressed records section
      0  none    the records themselves
      1  gzip    gzip (RFC 1952); readers, like java.util.zip.GZIPInputStream, take concatenated members
-     2  snappy  xerial-framed snappy: not supported by this build (no snappy library)
+     2  snappy  xerial-framed snappy (below), as Kafka's Java client (snappy-java) and librdkafka write it
      3  lz4     one LZ4 frame (see below)
      4  zstd    one zstd frame; the content size may be absent (Kafka's Java client omits it)
 
@@ -24,6 +24,15 @@ a content size, and checks block checksums (and, in recent versions, the content
 present; so we write exactly the frame above and read any standard frame (kafka-python, for one,
 stores the content size).
 
+Snappy, xerial framing (snappy-java's ``SnappyOutputStream``; ``cramjam`` does the raw blocks)::
+
+    magic        8  0x82 "SNAPPY" 0x00
+    version      4  i32be 1
+    compatible   4  i32be 1
+    blocks       .  i32be compressed size + one raw snappy block, each of at most 32 KiB uncompressed
+
+A records section without the magic is read as one raw snappy block (what some clients send).
+
 Decompression is bounded: the output is capped (:data:`DEFAULT_MAX_DECOMPRESSED_BYTES`, overridable
 per call), so a small hostile batch cannot make us allocate gigabytes. Corrupt, truncated, trailing
 or oversized compressed data raises :class:`CorruptRecordError`. Pure: no I/O.
@@ -31,9 +40,11 @@ or oversized compressed data raises :class:`CorruptRecordError`. Pure: no I/O.
 
 from __future__ import annotations
 
+import struct
 import threading
 import zlib
 
+import cramjam
 import lz4.frame
 import zstandard
 
@@ -47,7 +58,7 @@ ZSTD = 4
 
 CODEC_NAMES: dict[int, str] = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 CODEC_IDS: dict[str, int] = {name: codec for codec, name in CODEC_NAMES.items()}
-SUPPORTED_CODECS = (NONE, GZIP, LZ4, ZSTD)
+SUPPORTED_CODECS = (NONE, GZIP, SNAPPY, LZ4, ZSTD)
 
 DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 GZIP_DEFAULT_LEVEL = 6  # java.util.zip.Deflater.DEFAULT_COMPRESSION
@@ -92,10 +103,6 @@ def codec_from_name(name: str) -> int:
 
 def check_supported(codec: int) -> None:
     """Raise UnsupportedCompressionError unless this build can read and write ``codec``."""
-    if codec == SNAPPY:
-        raise UnsupportedCompressionError(
-            "snappy compression is not supported by this build (no snappy library); use gzip, lz4 or zstd"
-        )
     if codec not in CODEC_NAMES:
         raise UnsupportedCompressionError(f"unknown compression codec id {codec} (valid ids: 0..4)")
 
@@ -110,6 +117,8 @@ def compress(codec: int, data: bytes | bytearray | memoryview, level: int | None
         level = GZIP_DEFAULT_LEVEL if level is None else level
         deflater = zlib.compressobj(level, zlib.DEFLATED, _GZIP_WBITS)
         return deflater.compress(data) + deflater.flush()
+    if codec == SNAPPY:
+        return _snappy_compress(data)
     if codec == LZ4:
         frame: bytes = lz4.frame.compress(
             data,
@@ -138,6 +147,8 @@ def decompress(
     check_supported(codec)
     if codec == GZIP:
         return _gunzip(data, max_size_bytes)
+    if codec == SNAPPY:
+        return _snappy_decompress(data, max_size_bytes)
     if codec == LZ4:
         return _lz4_decompress(data, max_size_bytes)
     return _zstd_decompress(data, max_size_bytes)
@@ -168,6 +179,58 @@ def _gunzip(data: bytes | bytearray | memoryview, limit: int) -> bytes:
         rest = inflater.unused_data
         if not rest:
             return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+_XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+_XERIAL_MAGIC = _XERIAL_HEADER[:8]
+_XERIAL_BLOCK_BYTES = 32 * 1024  # snappy-java's default block size
+_BLOCK_SIZE = struct.Struct(">i")
+
+
+def _snappy_compress(data: bytes | bytearray | memoryview) -> bytes:
+    view = memoryview(data)
+    out = bytearray(_XERIAL_HEADER)
+    for start in range(0, len(view), _XERIAL_BLOCK_BYTES):
+        block = bytes(cramjam.snappy.compress_raw(view[start : start + _XERIAL_BLOCK_BYTES]))
+        out += _BLOCK_SIZE.pack(len(block)) + block
+    return bytes(out)
+
+
+def _snappy_decompress(data: bytes | bytearray | memoryview, limit: int) -> bytes:
+    """Xerial-framed (or one raw) snappy; each block's stated size is checked against ``limit`` first."""
+    view = memoryview(data)
+    if bytes(view[:8]) != _XERIAL_MAGIC:
+        return _snappy_block(view, limit, limit)
+    if len(view) < len(_XERIAL_HEADER):
+        raise CorruptRecordError("snappy records section has a truncated xerial header")
+    parts: list[bytes] = []
+    total, pos = 0, len(_XERIAL_HEADER)
+    while pos < len(view):
+        if pos + 4 > len(view):
+            raise CorruptRecordError(f"snappy records section has a torn block size at {pos}")
+        (size,) = _BLOCK_SIZE.unpack_from(view, pos)
+        pos += 4
+        if size < 0 or pos + size > len(view):
+            raise CorruptRecordError(f"snappy block of {size} bytes at {pos} runs past the records section")
+        block = _snappy_block(view[pos : pos + size], limit - total, limit)
+        total += len(block)
+        parts.append(block)
+        pos += size
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _snappy_block(block: memoryview, room: int, limit: int) -> bytes:
+    """One raw block, refused before decompressing when its stated length exceeds ``room`` (of ``limit``)."""
+    try:
+        size = cramjam.snappy.decompress_raw_len(block)
+    except Exception as exc:
+        raise CorruptRecordError(f"snappy block is corrupt: {exc}") from None
+    if size > room:
+        raise _too_large("snappy", limit)
+    try:
+        return bytes(cramjam.snappy.decompress_raw(block))
+    except Exception as exc:
+        raise CorruptRecordError(f"snappy block is corrupt: {exc}") from None
 
 
 def _lz4_decompress(data: bytes | bytearray | memoryview, limit: int) -> bytes:

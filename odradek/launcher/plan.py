@@ -5,6 +5,7 @@ Port plan from ``--base-port B`` (default 9092), every address on 127.0.0.1::
     broker i                    B + i          (9092, 9093, ...: the bootstrap servers)
     controller i, gRPC          B + 100 + i    (9192, 9193, ...)
     controller i, Raft          B + 200 + i    (9292, 9293, ...)
+    broker i, Kafka protocol    B + 300 + i    (9392, 9393, ...: the Kafka bootstrap servers)
 
 Node ids count from 0 for controllers and brokers alike (they are separate id spaces). Under the data
 dir ``D``: ``D/controller-<id>/`` and ``D/broker-<id>/`` (each node's data dir), ``D/logs/<name>.log``,
@@ -27,6 +28,7 @@ HOST = "127.0.0.1"
 DEFAULT_BASE_PORT = 9092
 CONTROLLER_PORT_OFFSET = 100
 RAFT_PORT_OFFSET = 200
+KAFKA_PORT_OFFSET = 300
 MAX_NODES = 100  # per role: the port ranges above must not overlap
 CLUSTER_JSON = "cluster.json"
 SECRET_FILE = "cluster.secret"
@@ -41,6 +43,7 @@ class NodePlan:
     listen: str
     data_dir: str
     raft_listen: str = ""
+    kafka_listen: str = ""  # a broker's Kafka-protocol listener ("" in a layout from before it existed)
 
     @property
     def name(self) -> str:
@@ -60,6 +63,10 @@ class ClusterPlan:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(b.listen for b in self.brokers)
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        return ",".join(b.kafka_listen for b in self.brokers if b.kafka_listen)
 
     @property
     def quorum(self) -> str:
@@ -83,6 +90,8 @@ class ClusterPlan:
             found.append((port_of(node.listen), f"{node.role} {node.node_id}"))
             if node.raft_listen:
                 found.append((port_of(node.raft_listen), f"controller {node.node_id} (Raft)"))
+            if node.kafka_listen:
+                found.append((port_of(node.kafka_listen), f"broker {node.node_id} (Kafka protocol)"))
         return found
 
     def log_path(self, node: NodePlan) -> Path:
@@ -98,12 +107,12 @@ def plan_cluster(root: str, controllers: int, brokers: int, base_port: int) -> C
     for count, what in ((controllers, "--controllers"), (brokers, "--brokers")):
         if not 1 <= count <= MAX_NODES:
             raise CliError(f"{what} must be between 1 and {MAX_NODES}, got {count}")
-    highest = base_port + RAFT_PORT_OFFSET + controllers - 1
+    highest = max(base_port + RAFT_PORT_OFFSET + controllers, base_port + KAFKA_PORT_OFFSET + brokers) - 1
     if base_port < 1 or highest > 65535:
         raise CliError(
             f"--base-port {base_port} does not fit: the cluster uses ports {base_port}..{highest} "
             f"(brokers from {base_port}, controllers from {base_port + CONTROLLER_PORT_OFFSET}, "
-            f"Raft from {base_port + RAFT_PORT_OFFSET})"
+            f"Raft from {base_port + RAFT_PORT_OFFSET}, Kafka protocol from {base_port + KAFKA_PORT_OFFSET})"
         )
     root = os.path.abspath(root)
     return ClusterPlan(
@@ -119,7 +128,9 @@ def plan_cluster(root: str, controllers: int, brokers: int, base_port: int) -> C
             for i in range(controllers)
         ),  # fmt: skip
         brokers=tuple(
-            NodePlan("broker", i, f"{HOST}:{base_port + i}", os.path.join(root, f"broker-{i}")) for i in range(brokers)
+            NodePlan("broker", i, f"{HOST}:{base_port + i}", os.path.join(root, f"broker-{i}"),
+                     kafka_listen=f"{HOST}:{base_port + KAFKA_PORT_OFFSET + i}")
+            for i in range(brokers)
         ),
     )
 
@@ -128,6 +139,7 @@ def cluster_document(plan: ClusterPlan, pids: Mapping[str, int]) -> dict[str, An
     """``cluster.json`` as INTERFACE.md defines it; ``pids`` maps node names (``broker-0``) to process ids."""
     return {
         "bootstrap_servers": plan.bootstrap_servers,
+        "kafka_bootstrap_servers": plan.kafka_bootstrap_servers,
         "controllers": [
             {
                 "node_id": c.node_id,
@@ -139,7 +151,8 @@ def cluster_document(plan: ClusterPlan, pids: Mapping[str, int]) -> dict[str, An
             for c in plan.controllers
         ],  # fmt: skip
         "brokers": [
-            {"node_id": b.node_id, "pid": pids.get(b.name), "listen": b.listen, "data_dir": b.data_dir}
+            {"node_id": b.node_id, "pid": pids.get(b.name), "listen": b.listen, "kafka_listen": b.kafka_listen,
+             "data_dir": b.data_dir}
             for b in plan.brokers
         ],
     }
@@ -196,10 +209,11 @@ def _node(role: str, entry: Mapping[str, Any]) -> NodePlan:
         raise ValueError(f"bad node_id {node_id!r}")
     listen = _address(entry["listen"])
     raft = _address(entry["raft_listen"]) if role == "controller" else ""
+    kafka = _address(entry["kafka_listen"]) if role == "broker" and entry.get("kafka_listen") else ""
     data_dir = entry["data_dir"]
     if not isinstance(data_dir, str) or not data_dir:
         raise ValueError(f"bad data_dir {data_dir!r}")
-    return NodePlan(role, node_id, listen, data_dir, raft_listen=raft)
+    return NodePlan(role, node_id, listen, data_dir, raft_listen=raft, kafka_listen=kafka)
 
 
 def _address(value: object) -> str:

@@ -162,7 +162,8 @@ def locked(root: str) -> Iterator[None]:
 
 
 def child_argv(plan: ClusterPlan, node: NodePlan, secret: Path, config: list[str]) -> list[str]:
-    argv = [sys.executable, "-m", "odradek.cli", node.role, "--node-id", str(node.node_id), "--listen", node.listen]
+    listen = f"PLAINTEXT://{node.listen},KAFKA://{node.kafka_listen}" if node.kafka_listen else node.listen
+    argv = [sys.executable, "-m", "odradek.cli", node.role, "--node-id", str(node.node_id), "--listen", listen]
     if node.role == "controller":
         argv += ["--raft-listen", node.raft_listen, "--quorum", plan.quorum, "--controller-addresses",
                  plan.controller_addresses, "--cluster-secret-file", str(secret)]  # fmt: skip
@@ -298,10 +299,14 @@ class Up:
             f"data in {self.plan.root}",
             f"Bootstrap servers: {self.plan.bootstrap_servers}",
         ]
+        if self.plan.kafka_bootstrap_servers:
+            lines.append(f"Kafka bootstrap servers (Kafka's protocol, any Kafka client): "
+                         f"{self.plan.kafka_bootstrap_servers}")  # fmt: skip
         for node, child in zip(self.plan.nodes, self.children, strict=True):
             role = ("  active" if node.node_id == active else "") if node.role == "controller" else ""
             raft = f"  raft {node.raft_listen}" if node.raft_listen else ""
-            lines.append(f"  {node.name:<14} {node.listen}{raft}  pid {child.pid}{role}")
+            kafka = f"  kafka {node.kafka_listen}" if node.kafka_listen else ""
+            lines.append(f"  {node.name:<14} {node.listen}{raft}{kafka}  pid {child.pid}{role}")
         lines += [
             f"Logs in {self.plan.root}/logs/, layout in {self.plan.root}/cluster.json.",
             f"Client commands find this cluster by themselves (or: export {ENV_VAR}={self.plan.bootstrap_servers}).",

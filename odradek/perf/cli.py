@@ -27,7 +27,7 @@ from odradek.perf.consume import E2EConsumer, SendErrors, consume, e2e_produce, 
 from odradek.perf.produce import LATENCY_SAMPLES, ProduceRun, default_sample_every, produce, producer_config
 from odradek.perf.stats import Recorder, latency_summary, result_document, summary_line
 
-COMPRESSIONS = ("none", "gzip", "lz4", "zstd")
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 ACKS = ("0", "1", "all", "-1")
 
 

@@ -25,6 +25,8 @@ Reusable by any test suite (it depends on nothing in a conftest)::
   ``popen``, ``output()`` (stdout so far), ``errors()`` (stderr so far), ``alive()``.
 * ``broker_channel(i)`` / ``broker_stub(i)`` / ``controller_stub(i)``: gRPC channels and stubs (closed by
   ``stop``).
+* ``kafka=True``: every broker also listens for Kafka's protocol (``KAFKA`` listener) on a free port;
+  ``kafka_bootstrap_servers`` lists them.
 * ``wait_for(predicate, timeout_s, what)``: poll (every 20 ms) until ``predicate()`` is true, else fail.
 
 Processes run ``python -m odradek.cli`` (the ``odradek`` command), or the command in the environment
@@ -147,11 +149,13 @@ class Cluster:
         broker_config: Mapping[str, str] | None = None,
         controller_config: Mapping[str, str] | None = None,
         start: bool = True,
+        kafka: bool = False,
     ) -> None:
         self.root = Path(root)
-        ports = free_ports(2 * controllers + brokers)
+        ports = free_ports(2 * controllers + brokers * (2 if kafka else 1))
         grpc_ports, raft_ports = ports[:controllers], ports[controllers : 2 * controllers]
-        broker_ports = ports[2 * controllers :]
+        broker_ports = ports[2 * controllers : 2 * controllers + brokers]
+        self.kafka_addresses = [f"127.0.0.1:{p}" for p in ports[2 * controllers + brokers :]]
         quorum = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(raft_ports))
         addresses = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(grpc_ports))
         env = {k: v for k, v in os.environ.items() if k != "ODRADEK_CLUSTER_SECRET"}
@@ -170,7 +174,8 @@ class Cluster:
         self.brokers = []
         for i in range(brokers):
             listen, data_dir = f"127.0.0.1:{broker_ports[i]}", self.root / f"broker-{i}"
-            argv = [*odradek_command(), "broker", "--node-id", str(i), "--listen", listen]
+            listeners = f"PLAINTEXT://{listen},KAFKA://{self.kafka_addresses[i]}" if kafka else listen
+            argv = [*odradek_command(), "broker", "--node-id", str(i), "--listen", listeners]
             argv += ["--controllers", self.controller_addresses, "--data-dir", str(data_dir), *_config_args(config)]
             self.brokers.append(Proc(f"broker-{i}", i, listen, data_dir, argv, broker_env))
         self._channels: dict[str, grpc.Channel] = {}
@@ -234,6 +239,11 @@ class Cluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(b.address for b in self.brokers)
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        """The brokers' Kafka-protocol listeners (``kafka=True``)."""
+        return ",".join(self.kafka_addresses)
 
     def _channel(self, address: str) -> grpc.Channel:
         channel = self._channels.get(address)

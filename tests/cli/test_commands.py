@@ -71,7 +71,7 @@ def test_every_interface_command_parses() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["produce", "t", "--acks", "2"], ["produce", "t", "--compression", "snappy"], ["topics"], ["perf", "produce"],
+    [["produce", "t", "--acks", "2"], ["produce", "t", "--compression", "brotli"], ["topics"], ["perf", "produce"],
      ["perf", "e2e", "--topic", "t"], ["topics", "create"]],
 )  # fmt: skip
 def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:

@@ -39,8 +39,10 @@ def test_port_plan_from_the_base_port(tmp_path: Path) -> None:
     assert plan.controller_listeners == "127.0.0.1:9192,127.0.0.1:9193,127.0.0.1:9194"
     assert [c.data_dir for c in plan.controllers][0] == str(tmp_path / "controller-0")
     assert plan.log_path(plan.brokers[1]) == tmp_path / "logs" / "broker-1.log"
+    assert [b.kafka_listen for b in plan.brokers] == ["127.0.0.1:9392", "127.0.0.1:9393"]
+    assert plan.kafka_bootstrap_servers == "127.0.0.1:9392,127.0.0.1:9393"
     ports = [port for port, _ in plan.ports()]
-    assert len(ports) == len(set(ports)) == 3 + 3 + 2
+    assert len(ports) == len(set(ports)) == 3 + 3 + 2 + 2  # controllers, raft, brokers' gRPC and Kafka listeners
 
 
 @pytest.mark.parametrize(
@@ -58,12 +60,14 @@ def test_cluster_json_has_exactly_the_interface_shape(tmp_path: Path) -> None:
     plan = plan_cluster(str(tmp_path), 1, 2, 30000)
     path = write_cluster_json(plan, {"controller-0": 11, "broker-0": 12, "broker-1": 13})
     doc = json.loads(path.read_text())
-    assert set(doc) == {"bootstrap_servers", "controllers", "brokers"}
+    assert set(doc) == {"bootstrap_servers", "kafka_bootstrap_servers", "controllers", "brokers"}
     assert doc["bootstrap_servers"] == "127.0.0.1:30000,127.0.0.1:30001"
+    assert doc["kafka_bootstrap_servers"] == "127.0.0.1:30300,127.0.0.1:30301"
     controller = {"node_id": 0, "pid": 11, "listen": "127.0.0.1:30100", "raft_listen": "127.0.0.1:30200",
                   "data_dir": str(tmp_path / "controller-0")}  # fmt: skip
     assert doc["controllers"] == [controller]
-    assert [set(b) for b in doc["brokers"]] == [{"node_id", "pid", "listen", "data_dir"}] * 2
+    assert [set(b) for b in doc["brokers"]] == [{"node_id", "pid", "listen", "kafka_listen", "data_dir"}] * 2
+    assert [b["kafka_listen"] for b in doc["brokers"]] == ["127.0.0.1:30300", "127.0.0.1:30301"]
     assert [b["pid"] for b in doc["brokers"]] == [12, 13]
     assert not list(tmp_path.glob(".cluster.json*")), "the temporary file is renamed into place"
 
@@ -117,7 +121,8 @@ def test_children_get_the_interface_flags(tmp_path: Path) -> None:
     broker = child_argv(plan, plan.brokers[0], secret, [])
     assert broker[3] == "broker"
     assert dict(zip(broker[4::2], broker[5::2], strict=True)) == {
-        "--node-id": "0", "--listen": "127.0.0.1:30000", "--data-dir": str(tmp_path / "broker-0"),
+        "--node-id": "0", "--listen": "PLAINTEXT://127.0.0.1:30000,KAFKA://127.0.0.1:30300",
+        "--data-dir": str(tmp_path / "broker-0"),
         "--controllers": "127.0.0.1:30100,127.0.0.1:30101,127.0.0.1:30102",
     }  # fmt: skip
 

@@ -24,7 +24,7 @@ from tests.clients.fake_broker import FakeCluster
 
 T0 = TopicPartition("t", 0)
 T1 = TopicPartition("t", 1)
-CODECS = {"none": 0, "gzip": 1, "lz4": 3, "zstd": 4}
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 def consumer(cluster: FakeCluster, **config: object) -> Consumer:

@@ -114,6 +114,67 @@ def test_clients_on_the_host_and_in_the_compose_network(compose_cluster: Compose
                                                                                    b"outside-1"]  # fmt: skip
 
 
+# Inside the network: Metadata v1 by hand over a raw socket (the image has no Kafka client), printing the
+# brokers it advertises as "id host:port" lines.
+METADATA_PROBE = """
+import socket, struct, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+body = struct.pack(">hhih", 3, 1, 7, 5) + b"probe" + struct.pack(">i", -1)
+s.sendall(struct.pack(">i", len(body)) + body)
+def read(n):
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        assert chunk, "connection closed"
+        out += chunk
+    return out
+frame = read(struct.unpack(">i", read(4))[0])
+(correlation, count), pos = struct.unpack_from(">ii", frame), 8
+assert correlation == 7
+for _ in range(count):
+    node, size = struct.unpack_from(">ih", frame, pos)
+    host = frame[pos + 6 : pos + 6 + size].decode()
+    port, rack = struct.unpack_from(">ih", frame, pos + 6 + size)
+    pos += 6 + size + 6 + max(rack, 0)
+    print(node, f"{host}:{port}")
+"""
+
+
+def test_kafka_clients_on_the_host_and_in_the_compose_network(compose_cluster: ComposeBackend) -> None:
+    """The KAFKA listeners: a stock Kafka client on the host (confluent-kafka) produces and reads back through
+    the published KAFKA_EXTERNAL ports, the odradek client reads the same records over gRPC, and inside the
+    network the KAFKA listener advertises broker-N:29092."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import Producer as KafkaProducer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    cluster = compose_cluster
+    create_topic(cluster, "kafka-protocol")
+    kafka = cluster.kafka_bootstrap_servers
+    producer = KafkaProducer({"bootstrap.servers": kafka, "acks": "all", "enable.idempotence": True,
+                              "compression.type": "snappy"})  # fmt: skip
+    values = [b"kafka-%d" % i for i in range(30)]
+    for i, value in enumerate(values):
+        producer.produce("kafka-protocol", value=value, partition=i % PARTITIONS)
+    assert producer.flush(WAIT_S) == 0
+    metadata = producer.list_topics(timeout=30)
+    assert sorted(f"{b.host}:{b.port}" for b in metadata.brokers.values()) == sorted(kafka.split(","))
+    consumer = KafkaConsumer({"bootstrap.servers": kafka, "group.id": "compose-kafka", "enable.auto.commit": False})
+    consumer.assign([KafkaTopicPartition("kafka-protocol", p, 0) for p in range(PARTITIONS)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < len(values) and time.monotonic() < deadline:
+        for message in consumer.consume(100, 1.0):
+            assert message.error() is None, message.error()
+            got.append(message.value() or b"")
+    consumer.close()
+    assert sorted(got) == sorted(values)
+    over_grpc = consume_all(cluster, "kafka-protocol")
+    assert sorted(v for records in over_grpc.values() for v in records.values()) == sorted(values)
+    inside = cluster.exec("broker-1", ["python", "-c", METADATA_PROBE, "broker-0", "29092"])
+    assert sorted(inside.split("\n")[:-1]) == [f"{i} broker-{i}:29092" for i in range(3)]
+
+
 # --- docker kill of a partition leader -------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import struct
 
+import cramjam
 import lz4.frame
 import pytest
 import zstandard
@@ -15,8 +16,8 @@ from log.errors import CorruptRecordError, UnsupportedCompressionError
 from log.record import compression as codecs
 
 DETERMINISTIC = settings(derandomize=True, database=None, deadline=None, max_examples=60)
-CODECS = [codecs.NONE, codecs.GZIP, codecs.LZ4, codecs.ZSTD]
-COMPRESSING = [codecs.GZIP, codecs.LZ4, codecs.ZSTD]
+CODECS = [codecs.NONE, codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD]
+COMPRESSING = [codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD]
 KIB = 1024
 
 
@@ -79,13 +80,24 @@ def test_gzip_is_deterministic_and_reads_concatenated_members() -> None:
     assert codecs.decompress(codecs.GZIP, two_members) == b"first second"
 
 
-@pytest.mark.parametrize("codec", COMPRESSING)
+@pytest.mark.parametrize("codec", [codecs.GZIP, codecs.LZ4, codecs.ZSTD])
 def test_decompression_bomb_stops_at_the_limit(codec: int) -> None:
     bomb = codecs.compress(codec, bytes(4 * 1024 * KIB))
     assert len(bomb) < 64 * KIB
     with pytest.raises(CorruptRecordError, match="more than the 1048576-byte limit"):
         codecs.decompress(codec, bomb, max_size_bytes=1024 * KIB)
     assert len(codecs.decompress(codec, bomb, max_size_bytes=4 * 1024 * KIB)) == 4 * 1024 * KIB
+
+
+def test_snappy_blocks_are_checked_against_the_limit_before_decompressing() -> None:
+    """Snappy's ratio is at most ~21:1, but a block states its length first: checked before any output."""
+    frame = codecs.compress(codecs.SNAPPY, bytes(4 * 1024 * KIB))
+    with pytest.raises(CorruptRecordError, match="more than the 1048576-byte limit"):
+        codecs.decompress(codecs.SNAPPY, frame, max_size_bytes=1024 * KIB)
+    assert len(codecs.decompress(codecs.SNAPPY, frame, max_size_bytes=4 * 1024 * KIB)) == 4 * 1024 * KIB
+    claims_2_gib = b"\x80\x80\x80\x80\x08" + b"\x00" * 8  # uvarint length 2**31, then almost nothing
+    with pytest.raises(CorruptRecordError, match="limit"):
+        codecs.decompress(codecs.SNAPPY, claims_2_gib)
 
 
 def test_default_limit_is_64_mib() -> None:
@@ -135,10 +147,20 @@ def test_garbage_raises_only_corrupt_record_error(codec: int, noise: bytes, seed
     assert len(out) <= 64 * KIB
 
 
-@pytest.mark.parametrize("operation", ["compress", "decompress"])
-def test_snappy_is_unsupported_with_a_clear_message(operation: str) -> None:
-    with pytest.raises(UnsupportedCompressionError, match="snappy .*not supported.*gzip, lz4 or zstd"):
-        getattr(codecs, operation)(codecs.SNAPPY, b"data")
+def test_snappy_writes_xerial_frames_of_32_kib_blocks_and_reads_a_raw_block() -> None:
+    """As snappy-java's SnappyOutputStream (what Kafka's Java client writes): magic, version 1, compatible
+    version 1, then (i32 size, raw block) per 32 KiB of input. One raw block (no magic) is read too."""
+    data = bytes(range(256)) * 300  # 76800 bytes: blocks of 32768, 32768, 11264
+    frame = codecs.compress(codecs.SNAPPY, data)
+    assert frame[:16] == b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+    pos, sizes = 16, []
+    while pos < len(frame):
+        (size,) = struct.unpack_from(">i", frame, pos)
+        sizes.append(len(cramjam.snappy.decompress_raw(frame[pos + 4 : pos + 4 + size])))
+        pos += 4 + size
+    assert (sizes, pos) == ([32768, 32768, 11264], len(frame))
+    raw = bytes(cramjam.snappy.compress_raw(data))
+    assert codecs.decompress(codecs.SNAPPY, raw) == data
 
 
 @pytest.mark.parametrize("codec", [5, 6, 7, -1])

@@ -16,7 +16,6 @@ from log.record import (
     HEADER_SIZE,
     LZ4,
     NONE,
-    SNAPPY,
     ZSTD,
     BatchBuilder,
     Record,
@@ -192,8 +191,6 @@ def test_builder_rejects_misuse() -> None:
         BatchBuilder().build()
     with pytest.raises(ValueError, match="producer id"):
         BatchBuilder(is_transactional=True)
-    with pytest.raises(UnsupportedCompressionError, match="snappy"):
-        BatchBuilder(SNAPPY)
     builder = BatchBuilder()
     builder.append(TS, None, b"a")
     with pytest.raises(ValueError, match="offset delta 0 must be at least 1"):
@@ -388,7 +385,7 @@ def test_decompression_bomb_in_a_batch(codec: int) -> None:
     assert len(read_batch(batch)[1][0].value or b"") == 3 * 1024 * 1024
 
 
-@pytest.mark.parametrize("codec_id", [SNAPPY, 5, 7])
+@pytest.mark.parametrize("codec_id", [5, 7])
 def test_unsupported_codec_in_a_batch(codec_id: int) -> None:
     batch = assemble_batch(
         b"\x00",

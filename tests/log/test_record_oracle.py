@@ -22,6 +22,7 @@ from log.record import (
     HEADER_SIZE,
     LZ4,
     NONE,
+    SNAPPY,
     ZSTD,
     BatchBuilder,
     build_batch,
@@ -37,7 +38,7 @@ with warnings.catch_warnings():
     from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 ORACLE = settings(derandomize=True, database=None, deadline=None, max_examples=100)
-CODECS = [NONE, GZIP, LZ4, ZSTD]
+CODECS = [NONE, GZIP, SNAPPY, LZ4, ZSTD]  # snappy: kafka-python with python-snappy (cramjam)
 TS = 1_700_000_000_000
 
 

@@ -19,7 +19,8 @@ from log.log import Log
 from log.record import build_batch
 from replication.epoch_cache import EpochEndOffset
 from replication.errors import OffsetNotAvailableError
-from replication.partition import LATEST_TIMESTAMP, MAX_TIMESTAMP, Partition
+from replication.partition import Partition
+from replication.timestamps import LATEST_TIMESTAMP, MAX_TIMESTAMP
 from tests.broker.test_partition import Reg
 
 START_MS = 1_700_000_000_000

@@ -1,0 +1,232 @@
+"""One client connection: read a request, answer it, read the next (Kafka's order guarantee).
+
+Frames (Kafka's protocol guide): every request and response is ``int32 size`` + that many bytes.
+
+Request header (v1; v2 adds tagged fields; the header is v2 exactly when the request's version is
+flexible)::
+
+    int16   request_api_key
+    int16   request_api_version
+    int32   correlation_id
+    string  client_id           int16 length, -1 for null (not compact even in v2)
+    tagged  fields              v2 only: uvarint count, then (uvarint tag, uvarint size, bytes) each
+
+Response header: ``int32 correlation_id``, plus an empty tagged-field section (one 0 byte) when the
+request was flexible, except for ApiVersions, whose response header is always v0 (so a client can read
+it whatever version it asked for).
+
+A request is answered before the next one is read, so responses go out in request order and a
+connection never has two requests in flight on the broker (Kafka mutes a connection the same way).
+An unknown API or version, a malformed header or body, a frame over ``socket.request.max.bytes``, or an
+exception escaping a handler closes the connection (Kafka's behaviour; the client reconnects and
+re-negotiates); ApiVersions at an unknown version is answered at v0 with UNSUPPORTED_VERSION.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import struct
+from typing import Any
+
+from broker.context import BrokerContext
+from broker.kafka import codec
+from broker.kafka.api import Api, CloseConnection, FileRegion, RawResponse, Request, Session
+
+logger = logging.getLogger(__name__)
+
+SIZE = struct.Struct(">i")
+HEADER_FIXED = struct.Struct(
+    ">h"  # request_api_key
+    "h"  # request_api_version
+    "i"  # correlation_id
+    "h"  # client_id length (-1: null)
+)
+API_VERSIONS_KEY = 18
+SENDFILE_CHUNK = 1 << 30
+
+
+class ProtocolError(Exception):
+    """The client broke the protocol: the connection closes."""
+
+
+def parse_header(frame: memoryview, flexible_of: Any) -> tuple[int, int, int, str, int]:
+    """``(api_key, version, correlation_id, client_id, body_offset)``; ``flexible_of(key, version)`` tells
+    whether the header has tagged fields (None: unknown API or version, read as v1)."""
+    if len(frame) < HEADER_FIXED.size:
+        raise ProtocolError(f"a request header needs {HEADER_FIXED.size} bytes, got {len(frame)}")
+    api_key, version, correlation_id, length = HEADER_FIXED.unpack_from(frame, 0)
+    pos = HEADER_FIXED.size
+    client_id = ""
+    if length > 0:
+        if pos + length > len(frame):
+            raise ProtocolError("the client id runs past the end of the request")
+        client_id = bytes(frame[pos : pos + length]).decode("utf-8", "replace")
+        pos += length
+    elif length < -1:
+        raise ProtocolError(f"client id length {length}")
+    if flexible_of(api_key, version):
+        count, pos = read_uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = read_uvarint(frame, pos)
+            size, pos = read_uvarint(frame, pos)
+            pos += size
+        if pos > len(frame):
+            raise ProtocolError("the header's tagged fields run past the end of the request")
+    return api_key, version, correlation_id, client_id, pos
+
+
+def read_uvarint(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise ProtocolError("a malformed unsigned varint")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+class Connection:
+    """Serves one socket until the client closes it, breaks the protocol, idles out, or the server stops.
+
+    Thread-safety: one thread runs :meth:`serve`; :meth:`close` may be called from any (it shuts the
+    socket down, which ends the loop).
+    """
+
+    def __init__(
+        self, ctx: BrokerContext, sock: socket.socket, session: Session, table: dict[int, Api],
+        max_request_bytes: int, idle_timeout_s: float,
+    ) -> None:  # fmt: skip
+        self.ctx = ctx
+        self.sock = sock
+        self.session = session
+        self.table = table
+        self.max_request_bytes = max_request_bytes
+        self.idle_timeout_s = idle_timeout_s
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+    def serve(self) -> None:
+        try:
+            while True:
+                frame = self._read_frame()
+                if frame is None:
+                    return
+                self._serve_one(frame)
+        except ProtocolError as exc:
+            logger.info("kafka listener: closing %s:%d: %s", self.session.client_host, self.session.client_port, exc)
+        except (OSError, TimeoutError) as exc:
+            logger.debug("kafka listener: connection from %s ended: %s", self.session.client_host, exc)
+        finally:
+            self.sock.close()
+
+    def _read_frame(self) -> memoryview | None:
+        self.sock.settimeout(self.idle_timeout_s)
+        head = self._recv_exactly(SIZE.size, allow_eof=True)
+        if head is None:
+            return None
+        (size,) = SIZE.unpack(head)
+        if size < HEADER_FIXED.size or size > self.max_request_bytes:
+            raise ProtocolError(f"request size {size} outside [{HEADER_FIXED.size}, {self.max_request_bytes}] "
+                                "(socket.request.max.bytes)")  # fmt: skip
+        body = self._recv_exactly(size, allow_eof=False)
+        assert body is not None
+        return memoryview(body).toreadonly()  # kio reads read-only buffers (it copies each records field out once)
+
+    def _recv_exactly(self, size: int, *, allow_eof: bool) -> bytearray | None:
+        buf = bytearray(size)
+        view = memoryview(buf)
+        got = 0
+        while got < size:
+            n = self.sock.recv_into(view[got:], size - got)
+            if n == 0:
+                if allow_eof and got == 0:
+                    return None
+                raise ProtocolError(f"the client closed the connection in the middle of a request ({got}/{size})")
+            got += n
+        return buf
+
+    def _flexible(self, api_key: int, version: int) -> bool | None:
+        api = self.table.get(api_key)
+        if api is None or not api.min_version <= version <= api.max_version:
+            return api_key == API_VERSIONS_KEY and version >= 3  # an unknown ApiVersions version: v2 header
+        return bool(codec.request_class(api_key, version).__flexible__)
+
+    def _serve_one(self, frame: memoryview) -> None:
+        api_key, version, correlation_id, client_id, offset = parse_header(frame, self._flexible)
+        api = self.table.get(api_key)
+        if api_key == API_VERSIONS_KEY and (api is None or not api.min_version <= version <= api.max_version):
+            from broker.kafka.api_versions import unsupported_version  # the one answer outside the table
+
+            self._send(correlation_id, False, unsupported_version(self.table))
+            return
+        if api is None:
+            raise ProtocolError(f"unknown API key {api_key}")
+        if not api.min_version <= version <= api.max_version:
+            raise ProtocolError(f"{api.name} v{version} is not supported (v{api.min_version}-v{api.max_version})")
+        if not self.session.authenticated and not api.before_auth:
+            raise ProtocolError(f"{api.name} before authentication")
+        try:
+            body = codec.read_request(api_key, version, frame, offset)
+        except Exception as exc:
+            raise ProtocolError(f"malformed {api.name} v{version} request: {exc}") from None
+        self.session.client_id = client_id
+        request = Request(self.ctx, self.session, api_key, version, correlation_id, client_id, body)
+        try:
+            answer = api.handle(request)
+        except CloseConnection as exc:
+            raise ProtocolError(str(exc)) from None
+        except Exception:
+            logger.exception("broker %d: kafka %s v%d failed", self.ctx.broker_id, api.name, version)
+            raise ProtocolError(f"{api.name} failed on the broker") from None
+        if answer is None:
+            return
+        flexible = api_key != API_VERSIONS_KEY and bool(codec.request_class(api_key, version).__flexible__)
+        self._send(correlation_id, flexible, answer)
+
+    def _send(self, correlation_id: int, flexible: bool, answer: Any) -> None:
+        header = SIZE.pack(correlation_id) + (b"\x00" if flexible else b"")
+        if not isinstance(answer, RawResponse):
+            try:
+                body = codec.encode(answer)
+            except Exception:
+                logger.exception("broker %d: cannot encode %s", self.ctx.broker_id, type(answer).__name__)
+                raise ProtocolError(f"cannot encode {type(answer).__name__}") from None
+            self.sock.sendall(SIZE.pack(len(header) + len(body)) + header + body)
+            return
+        try:
+            self._send_parts(SIZE.pack(len(header) + answer.size) + header, answer.parts)
+        finally:
+            answer.close()
+
+    def _send_parts(self, head: bytes, parts: list[bytes | FileRegion]) -> None:
+        pending = [head]
+        for part in parts:
+            if isinstance(part, FileRegion):
+                if not self.session.sendfile:
+                    pending.append(part.read())
+                    continue
+                self.sock.sendall(b"".join(pending), socket.MSG_MORE)
+                pending = []
+                self._sendfile(part)
+            else:
+                pending.append(part)
+        if pending:
+            self.sock.sendall(b"".join(pending))
+
+    def _sendfile(self, region: FileRegion) -> None:
+        """The region's bytes from the page cache to the socket (Kafka's ``FileRecords.writeTo``)."""
+        self.sock.settimeout(None)  # os.sendfile needs a blocking socket; a dead peer ends it with an error
+        sent, out = 0, self.sock.fileno()
+        while sent < region.size:
+            n = os.sendfile(out, region.fd, region.position + sent, min(region.size - sent, SENDFILE_CHUNK))
+            if n == 0:  # the file shrank under us: the frame cannot be completed
+                raise ProtocolError(f"segment ended after {sent}/{region.size} bytes of a fetch response")
+            sent += n

@@ -1,0 +1,100 @@
+"""Produce (key 0), v3-v12, through :func:`broker.handlers.produce.handle`: the same partition append,
+idempotence checks and acks=all purgatory as gRPC.
+
+The handler reads a request by attribute (``acks``, ``timeout_ms``, ``topics[].name``,
+``topics[].partitions[].partition/records``); :class:`_ProduceView` gives it those names over the kio
+request, so each partition's record bytes go to the log as kio read them from the frame, without a
+protobuf copy. ``acks=0`` gets no response (Kafka's rule); a request with a ``transactional_id`` is
+refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED until transactions exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from broker.handlers import produce as produce_handler
+from broker.kafka.api import NO_RESPONSE, CloseConnection, Request
+from broker.kafka.codec import build, millis, response_class
+
+API_KEY = 0
+NOT_TRANSACTIONAL = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class _PartitionView:
+    partition: int
+    records: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _TopicView:
+    name: str
+    partitions: list[_PartitionView]
+
+
+@dataclass(frozen=True, slots=True)
+class _ProduceView:
+    acks: int
+    timeout_ms: int
+    transactional_id: str
+    topics: list[_TopicView]
+
+
+def handle(request: Request) -> Any:
+    body = request.body
+    acks = int(body.acks)
+    if body.transactional_id:
+        answer = _refuse_all(body, NOT_TRANSACTIONAL, "transactions are not supported")
+    else:
+        view = _ProduceView(
+            acks,
+            millis(body.timeout),
+            "",
+            [
+                _TopicView(t.name, [_PartitionView(p.index, p.records or b"") for p in t.partition_data])
+                for t in body.topic_data
+            ],
+        )
+        answer = _answer(produce_handler.handle(request.ctx, view))  # type: ignore[arg-type]
+    if acks == 0:
+        if any(p["error_code"] for t in answer for p in t["partition_responses"]):
+            # Kafka's rule: an acks=0 producer learns of a failure by losing the connection (and then
+            # refreshes its metadata), since it reads no answer
+            raise CloseConnection(f"acks=0 produce failed: {_first_error(answer)}")
+        return NO_RESPONSE
+    return build(response_class(API_KEY, request.version), responses=answer, throttle_time=0)
+
+
+def _first_error(answer: list[dict[str, Any]]) -> str:
+    return next(f"{t['name']}-{p['index']}: {p['error_code']}" for t in answer for p in t["partition_responses"]
+                if p["error_code"])  # fmt: skip
+
+
+def _answer(response: Any) -> list[dict[str, Any]]:
+    return [
+        dict(
+            name=t.name,
+            partition_responses=[
+                dict(index=p.partition, error_code=p.error.code, error_message=p.error.message or None,
+                     base_offset=p.base_offset, log_append_time=p.log_append_time_ms,
+                     log_start_offset=p.log_start_offset, record_errors=[])  # fmt: skip
+                for p in t.partitions
+            ],
+        )
+        for t in response.topics
+    ]
+
+
+def _refuse_all(body: Any, code: str, message: str) -> list[dict[str, Any]]:
+    return [
+        dict(
+            name=t.name,
+            partition_responses=[
+                dict(index=p.index, error_code=code, error_message=message, base_offset=-1, log_append_time=-1,
+                     log_start_offset=-1, record_errors=[])  # fmt: skip
+                for p in t.partition_data
+            ],
+        )
+        for t in body.topic_data
+    ]
