@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from odradek.backoff import ExponentialBackoff
 from odradek.clock import ManualClock
 from odradek.config import ProducerConfig
+from odradek.net import ClusterClient
+from odradek.producer import Producer
 from odradek.sender import Sender
+from tests.clients.fake_broker import FakeCluster
 from tests.clients.test_accumulator import T0, append, make
 
 
@@ -67,3 +73,47 @@ def test_metadata_is_refreshed_every_pass_while_the_leader_is_unreachable() -> N
         clock.advance(20)
         sender.run_once()  # backing off: the metadata is asked again each pass, to find the next leader
     assert client.updates >= after_failure + 3
+
+
+def test_a_request_stuck_at_a_replaced_leader_goes_to_the_new_one(make_cluster: Callable[..., FakeCluster]) -> None:
+    """A paused leader (SIGSTOP) answers nothing; once the metadata names another leader the producer cancels
+    the stuck request and sends the batch there, long before request.timeout.ms (30 s here)."""
+    cluster = make_cluster((1, 2))
+    cluster.create_topic("t", 1, leaders=[2])
+    with Producer({"bootstrap.servers": cluster.bootstrap, "request.timeout.ms": 30_000}) as p:
+        assert p.send("t", b"a").result(10).offset == 0
+        with cluster.lock:
+            cluster.paused.add(2)
+        try:
+            future = p.send("t", b"b")
+            time.sleep(0.3)  # the request is stuck at broker 2
+            cluster.set_leader(T0, 1)
+            assert future.result(15).offset == 1  # written by broker 1 (the fake shares one log)
+        finally:
+            with cluster.lock:
+                cluster.paused.clear()
+    assert any(node == 1 and rpc == "Produce" for node, rpc, _ in cluster.calls)
+
+
+def test_a_metadata_refresh_asks_a_suspected_broker_last(make_cluster: Callable[..., FakeCluster]) -> None:
+    """A paused broker answers no Metadata either: once suspected, the refresh asks the others first, so the
+    producer learns the new leader instead of waiting request.timeout.ms on the paused one."""
+    cluster = make_cluster((1, 2))
+    cluster.create_topic("t", 1, leaders=[2])
+    client = ClusterClient(bootstrap_servers=[cluster.bootstrap.split(",")[1]], request_timeout_ms=30_000)
+    try:
+        client.add_topics(["t"])
+        client.refresh()
+        with cluster.lock:
+            cluster.paused.add(2)
+        cluster.set_leader(T0, 1)
+        for _ in range(4):  # whichever broker the rotation starts with
+            client.suspect(2)
+            started = time.monotonic()
+            assert client.refresh().leader(T0) == 1
+            assert time.monotonic() - started < 15  # not the paused broker's 30 s
+            client.request_update()
+    finally:
+        with cluster.lock:
+            cluster.paused.clear()
+        client.close()
