@@ -1,7 +1,7 @@
 """``odradek broker``: run one broker.
 
     odradek broker --node-id ID --listen HOST:PORT [--advertised HOST:PORT] \\
-        --controllers HOST:PORT,... --data-dir DIR [--config KEY=VALUE ...]
+        --controllers HOST:PORT,... --data-dir DIR [--config KEY=VALUE ...] [--metrics-listen HOST:PORT]
 
 ``--controllers`` lists Controller gRPC addresses (any subset works: NOT_CONTROLLER hints lead to the
 active one). ``--advertised`` is what clients are told to connect to (default: ``--listen``; required when
@@ -17,6 +17,10 @@ Each listener is served on its own address, and Metadata answers with every brok
 listener the request came in on. ``PLAINTEXT`` is the inter-broker listener (Kafka's default
 ``inter.broker.listener.name``): followers fetch from leaders through it, so it must be listed. A listener
 missing from ``--advertised`` advertises its ``--listen`` address.
+
+``--metrics-listen`` serves the broker's metrics for Prometheus at ``http://HOST:PORT/metrics``
+(``broker/metrics/README.md``); without it the broker does no metrics work. Every listener also serves the
+standard gRPC health service (SERVING once the controller unfenced the broker).
 
 ``--config`` takes Kafka's broker config names (``broker.config`` lists them); an unknown key is an error
 that names it.
@@ -65,6 +69,9 @@ def add_broker_parser(commands: Any) -> None:
     parser.add_argument("--data-dir", required=True, metavar="DIR", help="where partition logs live")
     parser.add_argument(
         "--config", action="append", metavar="KEY=VALUE", help="a broker config (repeatable), e.g. num.io.threads=16"
+    )
+    parser.add_argument(
+        "--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics"
     )
     parser.add_argument("--log-level", default=os.environ.get("ODRADEK_LOG_LEVEL", "INFO"), help="default INFO")
     parser.set_defaults(handler=run)
@@ -135,8 +142,10 @@ def build_options(args: argparse.Namespace) -> Any:
         config = BrokerConfig.from_props(parse_key_values(args.config))
     except ConfigError as exc:
         raise CliError(str(exc)) from None
+    metrics_listen = parse_address(args.metrics_listen, "--metrics-listen") if args.metrics_listen else ""
     return BrokerOptions(
-        args.node_id, inter_broker.listen, inter_broker.advertised, controllers, args.data_dir, config, listeners
+        args.node_id, inter_broker.listen, inter_broker.advertised, controllers, args.data_dir, config, listeners,
+        metrics_listen,
     )
 
 
@@ -184,9 +193,10 @@ def run(args: argparse.Namespace) -> int:
                 gc.freeze()  # what startup built stays out of the collector's scans (shorter GC pauses)
                 refresh_quorum(server.ctx, 1.0)  # the cluster id, for Metadata and DescribeCluster answers
                 listen, advertised = describe_listeners(options)
+                metrics = f", metrics http://{server.metrics.endpoint.address}/metrics" if server.metrics else ""
                 print(
                     f"odradek broker {options.node_id} ready on {listen} (advertised {advertised}, "
-                    f"broker epoch {server.broker_epoch}, controllers {','.join(options.controllers)})",
+                    f"broker epoch {server.broker_epoch}, controllers {','.join(options.controllers)}{metrics})",
                     flush=True,
                 )
     finally:

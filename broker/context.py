@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel
@@ -12,6 +12,9 @@ from broker.metadata_cache import MetadataCache
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from proto import controller_pb2
+
+if TYPE_CHECKING:
+    from broker.metrics import BrokerMetrics
 
 
 @dataclass(slots=True)
@@ -39,4 +42,5 @@ class BrokerContext:
     forward_timeout_ms: int = 30_000
     producer_ids: ProducerIdManager | None = None  # None: no controller (unit tests); InitProducerId refuses
     coordinator: GroupCoordinator | None = None  # None: no group coordinator (unit tests)
+    metrics: BrokerMetrics | None = None  # None: metrics off (no --metrics-listen): no metrics work per request
     classic: Any = None  # broker.group.classic_driver.ClassicCoordinator; None: no classic groups (unit tests)

@@ -58,6 +58,10 @@ class IsrManager:
         self.interval_s = min(ISR_CHECK_INTERVAL_MS, self.lag_max_ms / 2) / 1000.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"broker-{broker_id}-isr", daemon=True)
+        # committed ISR changes that removed / added replicas (Kafka's IsrShrinksPerSec / IsrExpandsPerSec);
+        # written by the ISR thread only, read by the metrics at scrape time
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -104,6 +108,7 @@ class IsrManager:
         return may_join
 
     def _send(self, partition: Partition, request: AlterPartitionRequest) -> bool:
+        before = set(partition.isr)  # read now: the metadata thread may apply the change before the answer comes
         message = cpb.AlterPartitionRequest(
             broker_id=self.broker_id, broker_epoch=self._broker_epoch(), topic_id=partition.topic_id,
             partition=partition.partition, leader_epoch=request.leader_epoch,
@@ -124,6 +129,9 @@ class IsrManager:
             settled = response.error.code in SETTLING_ERRORS
             partition.on_isr_answer(request, False, (), -1, settled=settled)
             return False
+        after = set(response.isr)
         logger.info("broker %d: %s ISR %s -> %s (partition epoch %d)", self.broker_id, partition.key_str,
-                    list(partition.isr), list(response.isr), response.partition_epoch)  # fmt: skip
+                    sorted(before), list(response.isr), response.partition_epoch)  # fmt: skip
+        self.isr_shrinks += bool(before - after)
+        self.isr_expands += bool(after - before)
         return partition.on_isr_answer(request, True, tuple(response.isr), response.partition_epoch)

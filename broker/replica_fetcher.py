@@ -270,12 +270,12 @@ class ReplicaFetcherManager:
                 wanted.setdefault(partition.leader_id, {})[key] = partition.leader_epoch
         for source_id in list(self._threads):
             thread = self._threads[source_id]
-            if source_id not in wanted or thread.address != _address(image, source_id):
+            if source_id not in wanted or thread.address != inter_broker_address(image, source_id):
                 del self._threads[source_id]
                 thread.stop()
         for source_id, partitions in wanted.items():
             existing = self._threads.get(source_id)
-            address = _address(image, source_id)
+            address = inter_broker_address(image, source_id)
             if existing is None and address is not None:
                 existing = self._threads[source_id] = ReplicaFetcherThread(
                     self.broker_id, source_id, address, self._replicas, self._config, self._broker_epoch
@@ -290,7 +290,8 @@ class ReplicaFetcherManager:
             thread.stop()
 
 
-def _address(image: MetadataImage, broker_id: int) -> str | None:
+def inter_broker_address(image: MetadataImage, broker_id: int) -> str | None:
+    """The address of broker ``broker_id``'s inter-broker listener (its first listener without one), or None."""
     broker = image.broker(broker_id)
     if broker is None:
         return None

@@ -98,6 +98,7 @@ class BrokerOptions:
     data_dir: str
     config: BrokerConfig
     listeners: tuple[Listener, ...] = ()
+    metrics_listen: str = ""  # HOST:PORT of the /metrics endpoint ("": no metrics at all)
 
     def all_listeners(self) -> tuple[Listener, ...]:
         return self.listeners or (Listener(LISTENER, self.listen, self.advertised),)
@@ -133,6 +134,12 @@ class BrokerServer:
         self.metadata = MetadataCache()
         self.channel = ControllerChannel(options.controllers)
         self.ctx = BrokerContext(options.node_id, config, self.metadata, self.replicas, self.channel)
+        self.metrics: Any = None  # broker.metrics.BrokerMetrics with --metrics-listen
+        if options.metrics_listen:
+            from broker.metrics import BrokerMetrics
+
+            self.metrics = self.ctx.metrics = BrokerMetrics(options.metrics_listen)
+        self.health: Any = None  # controller.health.HealthReporter, made by start()
         self.coordinator = GroupCoordinator(
             options.node_id, GroupConfig.from_broker(config.get), self.clock, self.replicas, self.metadata
         )
@@ -171,8 +178,10 @@ class BrokerServer:
 
     def start(self) -> None:
         """Open the logs, serve gRPC, start following the metadata and heartbeating (see the module docstring)."""
-        from broker.service import start_grpc_server  # grpc's server side is the process's business
+        from broker.service import SERVICE_NAME, start_grpc_server  # grpc's server side is the process's business
+        from controller.health import HealthReporter
 
+        self.health = HealthReporter(SERVICE_NAME, self._healthy)
         self.replicas.startup()
         self.lifecycle.previous_broker_epoch = clean_shutdown.take_previous_epoch(self.options.data_dir)
         try:
@@ -184,7 +193,12 @@ class BrokerServer:
                     kafka.start()
                     self._kafka.append(kafka)
                 else:
-                    self._grpc.append(start_grpc_server(self.ctx, listener.listen, listener=listener.name))
+                    self._grpc.append(
+                        start_grpc_server(self.ctx, listener.listen, listener=listener.name, health=self.health)
+                    )
+            self.health.start()
+            if self.metrics is not None:
+                self.metrics.start(self)
             self.replicas.fetch_purgatory.start()
             self.replicas.produce_purgatory.start()
             self.coordinator.start()
@@ -216,12 +230,22 @@ class BrokerServer:
     def broker_epoch(self) -> int:
         return self.lifecycle.broker_epoch
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopped
+
+    def _healthy(self) -> bool:
+        """The gRPC health service's SERVING: unfenced by the controller, not failed, not stopping."""
+        return self.lifecycle.unfenced.is_set() and self.failure is None and not self._stopped
+
     def stop(self, *, controlled: bool = True) -> None:
         """Stop as the module docstring says; safe to call twice."""
         with self._stop_lock:
             if self._stopped:
                 return
             self._stopped = True
+        if self.health is not None:
+            self.health.shutdown()  # NOT_SERVING from now on: orchestrators and clients move away
         config = self.options.config
         if controlled and config.get("controlled.shutdown.enable") and self.lifecycle.registered.is_set():
             timeout_s = int(config.get("controlled.shutdown.timeout.ms")) / 1000.0
@@ -246,5 +270,7 @@ class BrokerServer:
         self.classic.stop()
         self.coordinator.stop()
         self.replicas.shutdown()  # checkpoints high watermarks, flushes and closes every log
+        if self.metrics is not None:
+            self.metrics.stop()
         clean_shutdown.record(self.options.data_dir, self.lifecycle.broker_epoch)  # KIP-966: a clean shutdown
         logger.info("broker %d stopped", self.node_id)

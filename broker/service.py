@@ -2,7 +2,8 @@
 
 Each RPC calls its handler with the :class:`~broker.context.BrokerContext`. Handlers answer errors in the
 response (Kafka's names); an exception escaping one is a bug: it is logged and the call fails with gRPC
-status INTERNAL, and the broker keeps serving.
+status INTERNAL, and the broker keeps serving. With metrics on, ``_call`` (the one dispatch point) counts
+and times every request (``broker.metrics.requests``). Every server also serves the gRPC health service.
 
 Thread-safety: the servicer holds no state of its own; gRPC calls it from its worker threads.
 """
@@ -10,10 +11,11 @@ Thread-safety: the servicer holds no state of its own; gRPC calls it from its wo
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from concurrent import futures
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -25,6 +27,7 @@ from broker.handlers import (
     delete_groups,
     describe_cluster,
     describe_configs,
+    describe_log_dirs,
     fetch,
     find_coordinator,
     forward,
@@ -40,11 +43,15 @@ from broker.handlers import (
 from broker.lifecycle import LISTENER
 from proto import broker_pb2_grpc
 
+if TYPE_CHECKING:
+    from controller.health import HealthReporter
+
 logger = logging.getLogger(__name__)
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 RESPONSE_SLACK_BYTES = 1 << 20  # framing of a response around its record bytes
+SERVICE_NAME = "odradek.broker.Broker"  # its name in the gRPC health service
 
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
@@ -56,6 +63,19 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._listener = listener
 
     def _call(self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any) -> Resp:
+        metrics = self._ctx.metrics
+        if metrics is None:
+            return self._run(handler, request, context)
+        started = time.perf_counter()
+        try:
+            response = self._run(handler, request, context)
+        except BaseException:
+            metrics.requests.record_failure(handler, request, started)
+            raise
+        metrics.requests.record(handler, request, response, started)
+        return response
+
+    def _run(self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any) -> Resp:
         try:
             return handler(self._ctx, request)
         except Exception as exc:
@@ -84,6 +104,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     def DescribeConfigs(self, request: Any, context: Any) -> Any:
         return self._call(describe_configs.handle, request, context)
+
+    def DescribeLogDirs(self, request: Any, context: Any) -> Any:
+        return self._call(describe_log_dirs.handle, request, context)
 
     def CreateTopics(self, request: Any, context: Any) -> Any:
         return self._call(forward.create_topics, request, context)
@@ -138,9 +161,11 @@ def message_limits(config: BrokerConfig) -> tuple[int, int]:
     return receive, min(send + RESPONSE_SLACK_BYTES, 2**31 - 1)
 
 
-def start_grpc_server(ctx: BrokerContext, listen: str, *, listener: str = LISTENER) -> grpc.Server:
-    """Serve the Broker service on ``listen`` for the listener named ``listener``; ``RuntimeError`` when it
-    cannot bind."""
+def start_grpc_server(
+    ctx: BrokerContext, listen: str, *, listener: str = LISTENER, health: HealthReporter | None = None
+) -> grpc.Server:
+    """Serve the Broker service (and ``health``'s) on ``listen`` for the listener named ``listener``;
+    ``RuntimeError`` when it cannot bind."""
     receive, send = message_limits(ctx.config)
     server = grpc.server(
         futures.ThreadPoolExecutor(
@@ -155,6 +180,8 @@ def start_grpc_server(ctx: BrokerContext, listen: str, *, listener: str = LISTEN
     )
     add_servicer: Any = broker_pb2_grpc.add_BrokerServicer_to_server  # generated code is untyped
     add_servicer(BrokerService(ctx, listener), server)
+    if health is not None:
+        health.add_to(server)
     try:
         port = server.add_insecure_port(listen)
     except RuntimeError as exc:

@@ -2,13 +2,15 @@
 
     odradek controller --node-id ID --listen HOST:PORT --raft-listen HOST:PORT \\
         --quorum ID@HOST:PORT,... --data-dir DIR [--config KEY=VALUE ...] \\
-        [--cluster-secret-file PATH] [--controller-addresses ID@HOST:PORT,...] [--cluster-id ID]
+        [--cluster-secret-file PATH] [--controller-addresses ID@HOST:PORT,...] [--cluster-id ID] \\
+        [--metrics-listen HOST:PORT]
 
 ``--quorum`` lists every voter's Raft address (like KRaft's ``controller.quorum.voters``);
 ``--controller-addresses`` lists their Controller gRPC addresses, so that a node that is not active can
 point callers at the one that is. The cluster secret authenticates Raft traffic: it comes from
 ``--cluster-secret-file`` or ``$ODRADEK_CLUSTER_SECRET``; without one the node runs only if every Raft
-address is a loopback address (with a warning), and refuses otherwise.
+address is a loopback address (with a warning), and refuses otherwise. ``--metrics-listen`` serves the
+node's metrics for Prometheus (``controller.metrics``); every node also serves the gRPC health service.
 
 This module imports nothing heavy: the server (grpc, pysyncobj) is imported when the command runs.
 """
@@ -54,6 +56,9 @@ def add_controller_parser(commands: Any) -> None:
         "--controller-addresses", metavar="ID@HOST:PORT,...", help="the voters' Controller gRPC addresses (hints)"
     )
     parser.add_argument("--cluster-id", help="reported by DescribeQuorum (default: derived from --quorum)")
+    parser.add_argument(
+        "--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics"
+    )
     parser.add_argument(
         "--log-level",
         type=str.upper,
@@ -143,6 +148,7 @@ def build_options(args: argparse.Namespace) -> Any:
         raise CliError(f"--node-id {args.node_id} is not one of the --quorum voters {sorted(voters)}")
     listen = parse_address(args.listen, "--listen")
     raft_listen = parse_address(args.raft_listen, "--raft-listen")
+    metrics_listen = parse_address(args.metrics_listen, "--metrics-listen") if args.metrics_listen else ""
     if raft_listen.rpartition(":")[2] != voters[args.node_id].rpartition(":")[2]:
         raise CliError(f"--raft-listen {raft_listen} and --quorum's {voters[args.node_id]} name different ports")
     try:
@@ -162,6 +168,7 @@ def build_options(args: argparse.Namespace) -> Any:
         allow_insecure=insecure,
         controller_addresses=addresses,
         cluster_id=args.cluster_id or default_cluster_id(voters),
+        metrics_listen=metrics_listen,
     )
 
 
@@ -186,9 +193,10 @@ def run(args: argparse.Namespace) -> int:
     except (QuorumError, RuntimeError, ValueError) as exc:
         raise CliError(f"controller {options.node_id} cannot start: {exc}") from None
     quorum = ",".join(f"{k}@{v}" for k, v in sorted(options.voters.items()))
+    metrics = f", metrics http://{server.metrics.address}/metrics" if server.metrics is not None else ""
     print(
         f"odradek controller {options.node_id} listening on {options.listen} (raft {options.raft_listen}, "
-        f"quorum {quorum}, cluster {options.cluster_id})",
+        f"quorum {quorum}, cluster {options.cluster_id}{metrics})",
         flush=True,
     )
     failure = None

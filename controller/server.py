@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 from controller.configs import ControllerConfig
 from controller.core import Command, ControllerCore
 from controller.image import MetadataDelta, MetadataImage
+from controller.metrics.stats import ControllerStats, count_elections
 from controller.quorum import ApplyEvent, MetadataQuorum, NotActiveError, QuorumTuning, RecordsApplied
 from controller.raft.state import NOT_CONTROLLER, REQUEST_TIMED_OUT, UNEXPECTED_BASE_OFFSET, NeedsSnapshot
 from controller.records import (
@@ -82,6 +83,7 @@ class ServerOptions:
     controller_addresses: Mapping[int, str] = dataclasses.field(default_factory=dict)
     cluster_id: str = ""
     tuning: QuorumTuning | None = None
+    metrics_listen: str = ""  # HOST:PORT of the /metrics endpoint ("": none)
 
 
 class SnapshotFolder:
@@ -120,10 +122,11 @@ class MetadataPublisher:
     Controller gRPC address) starts from the static map and learns from LeaderChange records.
     """
 
-    def __init__(self, addresses: Mapping[int, str]) -> None:
+    def __init__(self, addresses: Mapping[int, str], stats: ControllerStats | None = None) -> None:
         self.image = MetadataImage()
         self.addresses: dict[int, str] = dict(addresses)
         self.quorum: MetadataQuorum | None = None  # set before the quorum starts: a reset reads it
+        self.stats = stats or ControllerStats()
 
     def on_apply(self, event: ApplyEvent) -> None:
         if isinstance(event, RecordsApplied):
@@ -131,8 +134,10 @@ class MetadataPublisher:
             for entry in event.entries:
                 record = decode_record(entry.payload)
                 delta.replay(record, entry.offset)
-                if isinstance(record, LeaderChange) and record.leader_address:
-                    self.addresses[record.leader_id] = record.leader_address  # one dict store: atomic
+                if isinstance(record, LeaderChange):
+                    self.stats.leader_changes += 1
+                    if record.leader_address:
+                        self.addresses[record.leader_id] = record.leader_address  # one dict store: atomic
             self.image = delta.apply()
         else:
             self.image = self._rebuild()
@@ -191,7 +196,8 @@ class ControllerServer:
         config = options.config
         self.config = config
         addresses = {**options.controller_addresses, options.node_id: options.listen}
-        self.publisher = MetadataPublisher(addresses)
+        self.stats = ControllerStats()  # read by controller.metrics at scrape time
+        self.publisher = MetadataPublisher(addresses, self.stats)
         self.quorum = MetadataQuorum(
             options.node_id,
             options.voters[options.node_id],
@@ -212,6 +218,8 @@ class ControllerServer:
         self._thread = threading.Thread(target=self._run, name=f"controller-{self.node_id}", daemon=True)
         self._active_term: int | None = None
         self._grpc: Any = None
+        self.health: Any = None  # controller.health.HealthReporter, made by start()
+        self.metrics: Any = None  # controller.metrics.endpoint.MetricsEndpoint with --metrics-listen
 
     def _leader_change_payload(self, term: int, node_id: int) -> bytes:
         return encode_record(LeaderChange(term, node_id, self.options.listen))
@@ -219,19 +227,30 @@ class ControllerServer:
     # --- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Open the data directory, join the quorum, start the controller thread and serve gRPC."""
-        from controller.service import start_grpc_server  # grpc is imported by the process only
+        """Open the data directory, join the quorum, start the controller thread and serve gRPC (with the
+        health service: SERVING while the quorum has a leader) and, with ``metrics_listen``, /metrics."""
+        from controller.health import HealthReporter
+        from controller.service import SERVICE_NAME, start_grpc_server  # grpc is imported by the process only
 
+        self.health = HealthReporter(SERVICE_NAME, self._healthy)
         self.quorum.start()
         self._thread.start()
         try:
-            self._grpc = start_grpc_server(self, self.options.listen)
+            self._grpc = start_grpc_server(self, self.options.listen, health=self.health)
+            self.health.start()
+            if self.options.metrics_listen:
+                self.metrics = _start_metrics(self)
         except BaseException:
             self.stop()
             raise
 
+    def _healthy(self) -> bool:
+        return self.failure is None and self.quorum.leader() is not None
+
     def stop(self, grace_s: float = 1.0) -> None:
         """Stop serving, fail queued requests with NOT_CONTROLLER, leave the quorum (safe to call twice)."""
+        if self.health is not None:
+            self.health.shutdown()
         stopped = self._grpc.stop(grace_s) if self._grpc is not None else None
         self._stopping.set()
         if self._thread.is_alive():
@@ -240,6 +259,8 @@ class ControllerServer:
         self.quorum.close()  # also wakes long-polling fetches
         if stopped is not None:
             stopped.wait(grace_s + 1.0)
+        if self.metrics is not None:
+            self.metrics.stop()
 
     @property
     def failure(self) -> str | None:
@@ -356,12 +377,16 @@ class ControllerServer:
             if time.monotonic() >= deadline:  # nothing proposed: the outcome is known (not written)
                 raise Unanswered(REQUEST_TIMED_OUT, "the request timed out before its records were appended")
             payloads = [encode_record(r) for r in command]
+            started = time.monotonic()
             try:
                 result = self.quorum.append(
                     payloads, timeout_s=max(0.001, deadline - time.monotonic()), expected_base_offset=expected + 1
                 )
             except NotActiveError as exc:
                 raise Unanswered(NOT_CONTROLLER, str(exc)) from None
+            if result.ok:
+                self.stats.commit_latency.observe((time.monotonic() - started) * 1000.0)
+                count_elections(self.stats, image, command)
             if not result.ok:
                 if result.error == REQUEST_TIMED_OUT:
                     self._settle()
@@ -414,6 +439,18 @@ def _resolve(item: _Request, outcome: Any) -> None:
             item.future.set_exception(outcome)
         else:
             item.future.set_result(outcome)
+
+
+def _start_metrics(server: ControllerServer) -> Any:
+    """The /metrics endpoint of ``server`` (started), on ``options.metrics_listen``."""
+    from controller.metrics.collector import ControllerCollector
+    from controller.metrics.endpoint import MetricsEndpoint, new_registry
+
+    registry = new_registry()
+    registry.register(ControllerCollector(server))
+    endpoint = MetricsEndpoint(server.options.metrics_listen, registry)
+    endpoint.start()
+    return endpoint
 
 
 def _tuning(options: ServerOptions) -> QuorumTuning:

@@ -21,6 +21,7 @@ from proto import common_pb2, controller_pb2_grpc
 from proto import controller_pb2 as pb
 
 if TYPE_CHECKING:
+    from controller.health import HealthReporter
     from controller.server import ControllerServer
 
 log = logging.getLogger("odradek.controller")
@@ -38,6 +39,7 @@ class _Response(Protocol):
 
 R = TypeVar("R", bound=_Response)
 
+SERVICE_NAME = "odradek.controller.Controller"  # its name in the gRPC health service
 MAX_MESSAGE_BYTES = 64 << 20
 """gRPC message limit of the service (a metadata snapshot travels in one FetchMetadata answer)."""
 GRPC_WORKERS = 64
@@ -154,8 +156,9 @@ def describe_quorum(server: ControllerServer) -> pb.DescribeQuorumResponse:
     return response
 
 
-def start_grpc_server(server: ControllerServer, listen: str) -> grpc.Server:
-    """Serve the Controller service on ``listen`` (``host:port``); raises ``RuntimeError`` if it cannot bind."""
+def start_grpc_server(server: ControllerServer, listen: str, *, health: HealthReporter | None = None) -> grpc.Server:
+    """Serve the Controller service (and ``health``'s) on ``listen`` (``host:port``); raises ``RuntimeError`` if
+    it cannot bind."""
     grpc_server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=GRPC_WORKERS, thread_name_prefix=f"controller-{server.node_id}-grpc"),
         options=[
@@ -166,6 +169,8 @@ def start_grpc_server(server: ControllerServer, listen: str) -> grpc.Server:
     )
     add_servicer: Any = controller_pb2_grpc.add_ControllerServicer_to_server  # generated code is untyped
     add_servicer(ControllerService(server), grpc_server)
+    if health is not None:
+        health.add_to(grpc_server)
     try:
         port = grpc_server.add_insecure_port(listen)
     except RuntimeError as exc:

@@ -2,7 +2,10 @@
 # Build the odradek images on this machine with no image registry: a locally made base image and wheels
 # built on the host; nothing inside `docker build` touches the network.
 #
-#   deploy/build.sh                 base image (reused when it exists), wheels, the odradek image
+#   deploy/build.sh                 base image (reused when it exists), wheels, the odradek image, and the
+#                                   Prometheus image of the compose cluster (odradek-prometheus:latest, on
+#                                   its own debootstrapped base odradek-base-prometheus:bookworm with Debian's
+#                                   prometheus package)
 #   deploy/build.sh --rebuild-base  make the base image again even if it exists
 #   deploy/build.sh --if-stale      do nothing when the image was built from the current sources
 #   deploy/build.sh --spark         the Spark image instead (odradek-spark:latest: PySpark and a Java
@@ -21,6 +24,9 @@
 #   3. The odradek image ($ODRADEK_IMAGE, default odradek:latest) from deploy/Dockerfile with
 #      BASE_IMAGE=<the base image> and that staging context (`docker build --network none`; the
 #      Dockerfile installs with `pip install --no-index`), labelled with a hash of its sources.
+#   4. The Prometheus image ($ODRADEK_PROMETHEUS_IMAGE, default odradek-prometheus:latest) from
+#      deploy/prometheus/Dockerfile on $ODRADEK_PROMETHEUS_BASE_IMAGE (default odradek-base-prometheus:bookworm,
+#      made by debootstrap with the prometheus package like the base of step 1), also offline.
 #
 # Environment: PYTHON (the host interpreter for pip; default .venv/bin/python, else python3),
 # ODRADEK_BASE_IMAGE, ODRADEK_IMAGE (with --spark: ODRADEK_SPARK_BASE_IMAGE, ODRADEK_SPARK_IMAGE), DEBIAN_MIRROR (default: read from /etc/apt/sources.list.d/debian.sources
@@ -38,6 +44,10 @@ IF_STALE=0
 SPARK=0
 INCLUDE=python3,python3-venv,ca-certificates
 EXTRAS=""
+PROMETHEUS_BASE_IMAGE="${ODRADEK_PROMETHEUS_BASE_IMAGE:-odradek-base-prometheus:bookworm}"
+PROMETHEUS_IMAGE="${ODRADEK_PROMETHEUS_IMAGE:-odradek-prometheus:latest}"
+PROMETHEUS_INCLUDE=ca-certificates,prometheus
+PROMETHEUS_SOURCES=(deploy/prometheus/Dockerfile deploy/prometheus/prometheus.yml deploy/prometheus/alerts.yml)
 
 for arg in "$@"; do
     case "$arg" in
@@ -86,7 +96,8 @@ debian_mirror() {
     echo "$uri"
 }
 
-build_base() {
+build_base() {  # [IMAGE INCLUDE]: the base image (default $BASE_IMAGE with $INCLUDE)
+    local image="${1:-$BASE_IMAGE}" include="${2:-$INCLUDE}"
     local start; start="$(now)"
     if ! command -v debootstrap >/dev/null; then
         [[ "$(id -u)" == 0 ]] || die "debootstrap is missing and installing it needs root (apt-get install debootstrap)"
@@ -98,9 +109,9 @@ build_base() {
     local mirror rootfs
     mirror="$(debian_mirror)"
     rootfs="$(mktemp -d /tmp/odradek-rootfs.XXXXXX)"
-    trap 'rm -rf "$rootfs"' RETURN
+    trap 'rm -rf "${rootfs:-}"; trap - RETURN' RETURN  # once: not again when the caller returns
     echo "build.sh: debootstrap $SUITE from $mirror into $rootfs" >&2
-    debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$rootfs" "$mirror" \
+    debootstrap --variant=minbase --include="$include" "$SUITE" "$rootfs" "$mirror" \
         >"$rootfs.log" 2>&1 || { tail -n 20 "$rootfs.log" >&2; die "debootstrap failed (log: $rootfs.log)"; }
     rm -f "$rootfs.log"
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/usr/share/doc/* \
@@ -109,16 +120,18 @@ build_base() {
         --change 'ENV LANG=C.UTF-8' \
         --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --change 'CMD ["/bin/bash"]' \
-        --message "debootstrap --variant=minbase $SUITE with $INCLUDE" - "$BASE_IMAGE" >/dev/null
-    echo "build.sh: base image $BASE_IMAGE made in $(took "$start") s" >&2
+        --message "debootstrap --variant=minbase $SUITE with $include" - "$image" >/dev/null
+    echo "build.sh: base image $image made in $(took "$start") s" >&2
 }
 
 PACKAGES=(odradek log proto controller broker replication spark chaos)
-SOURCES=(pyproject.toml README.md deploy/Dockerfile deploy/healthcheck.py deploy/wheels/README.md "${PACKAGES[@]}")
+SOURCES=(pyproject.toml README.md deploy/Dockerfile deploy/wheels/README.md "${PACKAGES[@]}")
 
-source_hash() {
+source_hash() {  # [BASE FILES...]: default $BASE_IMAGE and $SOURCES
     # what the image is built from: the sources it copies and the base image's id
-    (cd "$ROOT" && python3 - "$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE") $EXTRAS" "${SOURCES[@]}" <<'PY'
+    local base="$BASE_IMAGE" files=("${SOURCES[@]}")
+    if [[ $# -gt 0 ]]; then base="$1"; shift; files=("$@"); fi
+    (cd "$ROOT" && python3 - "$(docker image inspect -f '{{.Id}}' "$base") $EXTRAS" "${files[@]}" <<'PY'
 import hashlib, os, sys
 digest = hashlib.sha256(sys.argv[1].encode())
 for top in sys.argv[2:]:
@@ -175,6 +188,33 @@ build_image() {
     echo "build.sh: image $IMAGE built in $(took "$start") s" >&2
 }
 
+up_to_date() {  # IMAGE HASH: --if-stale and the image was built from these sources
+    [[ "$IF_STALE" == 1 ]] \
+        && [[ "$(docker image inspect -f '{{index .Config.Labels "org.odradek.source-hash"}}' "$1" 2>/dev/null)" == "$2" ]]
+}
+
+build_prometheus() {
+    local start; start="$(now)"
+    if [[ "$REBUILD_BASE" == 1 ]] || ! docker image inspect "$PROMETHEUS_BASE_IMAGE" >/dev/null 2>&1; then
+        build_base "$PROMETHEUS_BASE_IMAGE" "$PROMETHEUS_INCLUDE"
+    fi
+    local hash stage="$ROOT/deploy/build/context-prometheus"
+    hash="$(source_hash "$PROMETHEUS_BASE_IMAGE" "${PROMETHEUS_SOURCES[@]}")"
+    if up_to_date "$PROMETHEUS_IMAGE" "$hash"; then
+        echo "build.sh: $PROMETHEUS_IMAGE is up to date (sources $hash)" >&2
+        return
+    fi
+    rm -rf "$stage"
+    mkdir -p "$stage"
+    (cd "$ROOT" && tar -c "${PROMETHEUS_SOURCES[@]}") | tar -C "$stage" -x
+    DOCKER_BUILDKIT=0 docker build --network none --build-arg "BASE_IMAGE=$PROMETHEUS_BASE_IMAGE" \
+        --label "org.odradek.source-hash=$hash" -f "$stage/deploy/prometheus/Dockerfile" -t "$PROMETHEUS_IMAGE" "$stage" \
+        >"$stage.docker.log" 2>&1 \
+        || { tail -n 30 "$stage.docker.log" >&2; die "docker build of $PROMETHEUS_IMAGE failed"; }
+    rm -f "$stage.docker.log"
+    echo "build.sh: image $PROMETHEUS_IMAGE built in $(took "$start") s (sources $hash)" >&2
+}
+
 total="$(now)"
 mkdir -p "$ROOT/deploy/build"
 exec 9>"$ROOT/deploy/build/.lock"
@@ -185,13 +225,15 @@ else
     echo "build.sh: reusing base image $BASE_IMAGE" >&2
 fi
 hash="$(source_hash)"
-if [[ "$IF_STALE" == 1 ]] \
-    && [[ "$(docker image inspect -f '{{index .Config.Labels "org.odradek.source-hash"}}' "$IMAGE" 2>/dev/null)" == "$hash" ]]; then
+if up_to_date "$IMAGE" "$hash"; then
     echo "build.sh: $IMAGE is up to date (sources $hash)" >&2
-    exit 0
+else
+    build_wheels
+    build_image "$hash"
 fi
-build_wheels
-build_image "$hash"
+if [[ "$SPARK" == 0 ]]; then
+    build_prometheus
+fi
 echo "build.sh: done in $(took "$total") s: $IMAGE (base $BASE_IMAGE, sources $hash)" >&2
 exit 0
 }

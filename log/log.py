@@ -51,6 +51,7 @@ from log.cleaner.keys import require_keys
 from log.clock import Clock
 from log.config import LogConfig
 from log.errors import OffsetOutOfRangeError, StorageError
+from log.flush_stats import report_flush
 from log.logdir import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, load_segments, prepare_directory, read_offsets
 from log.policy import MAX_RELATIVE_OFFSET, SegmentInfo, flush_due, retention_count, roll_reason
 from log.record.header import BASE_OFFSET
@@ -537,6 +538,7 @@ class Log:
             target = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
             if target <= self._recovery_point:
                 return
+            started_ms = self._clock.monotonic_ms()
             for i, segment in enumerate(self._segments):
                 ends_above = i + 1 == len(self._segments) or self._bases[i + 1] > self._recovery_point
                 if segment.base_offset < target and ends_above:
@@ -549,6 +551,7 @@ class Log:
             self._last_flush_ms = self._clock.time_ms()
             if old_segment != self._segment_index(target):
                 self._write_checkpoint()
+            report_flush(self._dir.name, self._clock.monotonic_ms() - started_ms)
 
     def close(self) -> None:
         """Flush everything, write the checkpoint and the clean-shutdown marker, close the files."""

@@ -42,6 +42,7 @@ from odradek.types import (
     NewTopic,
     NodeDescription,
     PartitionDescription,
+    ReplicaLogDir,
     TopicDescription,
     TopicPartition,
     TopicResult,
@@ -145,6 +146,27 @@ class Admin:
                 for b in sorted(response.brokers, key=lambda b: b.node_id)
             ],
         )
+
+    def describe_log_dirs(
+        self, broker_ids: Iterable[int], topics: Iterable[str] = ()
+    ) -> dict[int, list[ReplicaLogDir]]:
+        """The replicas each broker holds with their sizes (Kafka's DescribeLogDirs), asked of each broker;
+        raises the first broker's failure (NetworkError when it does not answer)."""
+        request = broker_pb2.DescribeLogDirsRequest(topics=_names(topics))
+        described: dict[int, list[ReplicaLogDir]] = {}
+        for broker_id in broker_ids:
+            if self._closed:
+                raise IllegalStateError("the admin client is closed")
+            if self._client.stub_for(broker_id) is None:
+                self._client.refresh()  # a broker not in the metadata yet
+            response = self._client.call_node(broker_id, "DescribeLogDirs", request)
+            _raise(response.error, f"describing the log dirs of broker {broker_id}")
+            described[broker_id] = [
+                ReplicaLogDir(r.topic, r.partition, r.size_bytes, r.log_start_offset, r.log_end_offset,
+                              r.high_watermark, r.segments, r.is_leader)
+                for r in response.replicas
+            ]  # fmt: skip
+        return described
 
     def list_offsets(
         self,

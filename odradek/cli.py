@@ -35,7 +35,10 @@ def _add_client_parsers(commands: Any) -> None:
     from odradek.cli_consume import add_consume_parser
     from odradek.cli_groups import add_groups_parser
     from odradek.cli_produce import add_produce_parser
+    from odradek.cli_top import add_top_parser
     from odradek.cli_topics import add_topics_parser
+    from odradek.console.cli import add_console_parser
+    from odradek.health import add_health_parser
     from odradek.launcher.up import add_up_parser
     from odradek.perf.cli import add_perf_parser
 
@@ -46,6 +49,9 @@ def _add_client_parsers(commands: Any) -> None:
     add_consume_parser(commands)
     add_groups_parser(commands)
     add_perf_parser(commands)
+    add_top_parser(commands)
+    add_health_parser(commands)
+    add_console_parser(commands)
 
 
 def _add_server_parsers(commands: Any) -> None:

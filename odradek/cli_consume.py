@@ -9,7 +9,8 @@ as ``null``. Without ``--group`` the consumer is assigned every partition of the
 nothing; with ``--group`` it subscribes in that group, starts from the group's committed offsets, and
 commits what it printed as it goes (and once more, waiting, when it stops). It stops after
 ``--max-messages`` records, or after ``--timeout-ms`` without a record, or on Ctrl-C, and reports
-"Processed a total of N messages" on stderr.
+"Processed a total of N messages" on stderr. Consuming to a file or a pipe with stderr on a terminal (or
+with ``--progress``), a live progress line on stderr counts the records (of ``--max-messages``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from odradek.cli_support import add_bootstrap_option, bootstrap_servers, parse_key_values, reaching, topic_partitions
 from odradek.errors import CliError, ConfigError
+from odradek.progress import Progress, add_progress_option, wanted
 
 if TYPE_CHECKING:
     from odradek.types import ConsumerRecord
@@ -47,6 +49,7 @@ def add_consume_parser(commands: Any) -> None:
     parser.add_argument("--consumer-config", action="append", metavar="KEY=VALUE",
                         help="any consumer config (repeatable)")  # fmt: skip
     add_bootstrap_option(parser)
+    add_progress_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -88,12 +91,15 @@ def run(args: argparse.Namespace, out: IO[bytes] | None = None) -> int:
         except ConfigError as exc:
             raise CliError(str(exc)) from None
         count = 0
+        progress = Progress("consumed", args.max_messages,
+                            enabled=wanted(getattr(args, "progress", None), quiet_stdout_tty=True))  # fmt: skip
         try:
             _attach(consumer, args, servers)
-            count = _print_records(consumer, args, out or sys.stdout.buffer)
+            count = _print_records(consumer, args, out or sys.stdout.buffer, progress)
         except BrokenPipeError:  # the reader went away (| head): stop quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         finally:
+            progress.close()
             consumer.close()
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return 0
@@ -106,7 +112,7 @@ def _attach(consumer: Any, args: argparse.Namespace, servers: str) -> None:
     consumer.subscribe([args.topic])
 
 
-def _print_records(consumer: Any, args: argparse.Namespace, out: IO[bytes]) -> int:
+def _print_records(consumer: Any, args: argparse.Namespace, out: IO[bytes], progress: Progress | None = None) -> int:
     """Poll and print until ``--max-messages`` or ``--timeout-ms`` says stop; the number printed."""
     limit = args.max_messages
     idle_limit_s = None if args.timeout_ms is None else args.timeout_ms / 1000
@@ -131,6 +137,8 @@ def _print_records(consumer: Any, args: argparse.Namespace, out: IO[bytes]) -> i
             out.write(b"".join(format_record(r, *flags) for r in records))
             out.flush()
             count += len(records)
+            if progress is not None:
+                progress.update(count)
             if args.group:  # commit what was printed, as it goes (the final commit below waits)
                 printed = {r.topic_partition: r.offset + 1 for r in records}
                 committed.update(printed)

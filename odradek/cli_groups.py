@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.cli_support import add_bootstrap_option, bootstrap_servers, open_admin, reaching, topic_partitions
 from odradek.errors import CliError
+from odradek.progress import Progress, add_progress_option, wanted
 
 if TYPE_CHECKING:
     from odradek.types import GroupDescription, TopicPartition
@@ -61,6 +62,7 @@ def add_groups_parser(commands: Any) -> None:
     target.add_argument("--to-datetime", metavar="ISO", help="the first record at or after this time")
     target.add_argument("--to-offset", type=int, metavar="N", help="offset N (kept within the log)")
     reset.add_argument("--execute", action="store_true", help="commit the new offsets (default: only print them)")
+    add_progress_option(reset)
     reset.set_defaults(handler=run_reset)
     for sub in (listing, describe, delete, reset):
         add_bootstrap_option(sub)
@@ -109,13 +111,24 @@ def run_reset(args: argparse.Namespace) -> int:
     else:
         spec = parse_datetime(args.to_datetime)
     servers = bootstrap_servers(args)
+    progress = Progress("reset-offsets", enabled=wanted(args.progress))
     with reaching(servers), open_admin(servers) as admin:
-        partitions = [tp for item in args.topic for tp in parse_topic(item, servers)]
+        partitions = []
+        for item in args.topic:
+            progress.stage(f"finding the partitions of {item}")
+            partitions += parse_topic(item, servers)
         if args.all_topics:
+            progress.stage(f"reading the committed offsets of {args.group}")
             partitions += list(admin.list_group_offsets(args.group))
         if not partitions:
             raise CliError(f"group {args.group!r} has no committed offsets: name the partitions with --topic")
-        plan = admin.reset_group_offsets(args.group, partitions, spec, execute=args.execute)
+        progress.stage(f"planning the offsets of {len(partitions)} partitions")
+        plan = admin.reset_group_offsets(args.group, partitions, spec, execute=False)  # refused while active
+        if args.execute:
+            progress.stage(f"committing {len(plan)} offsets")
+            admin.alter_group_offsets(args.group, plan)
+        progress.stage(f"{'committed' if args.execute else 'planned'} {len(plan)} offsets")
+        progress.close()
     rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
     rows += [[args.group, tp.topic, str(tp.partition), str(offset)] for tp, offset in sorted(plan.items())]
     print(table(rows))

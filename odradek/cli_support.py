@@ -62,6 +62,18 @@ def reaching(servers: str) -> Iterator[None]:
         raise CliError(error_sentence(exc)) from None
 
 
+def format_size(value: int | None) -> str:
+    """Bytes for people: ``512 B``, ``2.0 KiB``, ``118.0 MiB``; ``?`` when unknown."""
+    if value is None:
+        return "?"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
 ADMIN_TIMEOUT_MS = 30000  # a command against a cluster that does not answer gives up after this
 
 

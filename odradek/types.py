@@ -139,6 +139,20 @@ class ConfigEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaLogDir:
+    """One replica a broker holds (``Admin.describe_log_dirs``): its size on disk and offsets."""
+
+    topic: str
+    partition: int
+    size_bytes: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    segments: int
+    is_leader: bool
+
+
+@dataclass(frozen=True, slots=True)
 class TopicResult:
     """What the controller answered for one topic of create_topics / delete_topics / create_partitions."""
 

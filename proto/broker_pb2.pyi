@@ -330,6 +330,44 @@ class DescribeConfigsResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[DescribeConfigsResponse.Result]
     def __init__(self, results: _Optional[_Iterable[_Union[DescribeConfigsResponse.Result, _Mapping]]] = ...) -> None: ...
 
+class DescribeLogDirsRequest(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ReplicaLogDir(_message.Message):
+    __slots__ = ("topic", "partition", "size_bytes", "log_start_offset", "log_end_offset", "high_watermark", "segments", "is_leader")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    IS_LEADER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    size_bytes: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    segments: int
+    is_leader: bool
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., size_bytes: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., segments: _Optional[int] = ..., is_leader: _Optional[bool] = ...) -> None: ...
+
+class DescribeLogDirsResponse(_message.Message):
+    __slots__ = ("error", "broker_id", "log_dir", "replicas")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LOG_DIR_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    error: _common_pb2.Error
+    broker_id: int
+    log_dir: str
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaLogDir]
+    def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., broker_id: _Optional[int] = ..., log_dir: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaLogDir, _Mapping]]] = ...) -> None: ...
+
 class OffsetForLeaderPartition(_message.Message):
     __slots__ = ("topic", "partition", "current_leader_epoch", "leader_epoch")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

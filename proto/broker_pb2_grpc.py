@@ -70,6 +70,11 @@ class BrokerStub:
                 request_serializer=proto_dot_broker__pb2.DescribeConfigsRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.DescribeConfigsResponse.FromString,
                 _registered_method=True)
+        self.DescribeLogDirs = channel.unary_unary(
+                '/odradek.broker.Broker/DescribeLogDirs',
+                request_serializer=proto_dot_broker__pb2.DescribeLogDirsRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.DescribeLogDirsResponse.FromString,
+                _registered_method=True)
         self.CreateTopics = channel.unary_unary(
                 '/odradek.broker.Broker/CreateTopics',
                 request_serializer=proto_dot_controller__pb2.CreateTopicsRequest.SerializeToString,
@@ -182,6 +187,13 @@ class BrokerServicer:
 
     def DescribeConfigs(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeLogDirs(self, request, context):
+        """The replicas this broker holds and their sizes on disk (Kafka's DescribeLogDirs; one log dir here).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -306,6 +318,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DescribeConfigs,
                     request_deserializer=proto_dot_broker__pb2.DescribeConfigsRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.DescribeConfigsResponse.SerializeToString,
+            ),
+            'DescribeLogDirs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeLogDirs,
+                    request_deserializer=proto_dot_broker__pb2.DescribeLogDirsRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.DescribeLogDirsResponse.SerializeToString,
             ),
             'CreateTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTopics,
@@ -562,6 +579,33 @@ class Broker:
             '/odradek.broker.Broker/DescribeConfigs',
             proto_dot_broker__pb2.DescribeConfigsRequest.SerializeToString,
             proto_dot_broker__pb2.DescribeConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeLogDirs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/DescribeLogDirs',
+            proto_dot_broker__pb2.DescribeLogDirsRequest.SerializeToString,
+            proto_dot_broker__pb2.DescribeLogDirsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -17,12 +17,17 @@ and no records (KIP-320; ``Partition.read``).
 The answer is immediate when ``max_wait_ms`` <= 0, the data reaches ``min_bytes``, any partition has an
 error, or there is nothing to fetch; otherwise a :class:`~broker.delayed_fetch.DelayedFetch` waits (its
 docstring lists when it completes; ``max_wait_ms`` is capped at 300 s) and the partitions are read again.
+
+With metrics on, the bytes of the answer actually sent are counted per topic (out to consumers, or
+replication out to followers), whichever listener asked; the gRPC listener also counts the records sent to
+consumers, from the batch headers of what it read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 from broker.context import BrokerContext
@@ -55,7 +60,14 @@ ReadAll = Callable[[BrokerContext, int, "list[Target]", int, int], tuple[R, list
 
 
 def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
-    return fetch(ctx, request, _read_all)
+    metrics = ctx.metrics
+    if metrics is None or request.replica_id >= 0:
+        return fetch(ctx, request, _read_all)
+    sent: list[tuple[str, bytes]] = []  # the records of the last read, the one answered
+    response = fetch(ctx, request, partial(_read_all, sent=sent))
+    for topic, records in sent:
+        metrics.topics.records_out(topic, records)
+    return response
 
 
 def fetch(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) -> R:
@@ -74,6 +86,7 @@ def fetch(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) ->
     response, sizes, failed = read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
     total = sum(sizes)
     if request.max_wait_ms <= 0 or total >= request.min_bytes or failed or not targets or total >= max_bytes:
+        _count_out(ctx, targets, sizes, for_replica)
         return response
     statuses = [
         FetchStatus((t.topic, t.partition), t.fetch_offset, partition_limit(t, max_bytes), start, size)
@@ -85,7 +98,18 @@ def fetch(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) ->
     purgatory = ctx.replicas.fetch_purgatory
     if not purgatory.try_complete_else_watch(op, op.keys) and not op.wait(op.delay_ms / 1000 + WAIT_SLACK_S):
         op.expire()
-    return read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)[0]
+    response, sizes, _ = read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
+    _count_out(ctx, targets, sizes, for_replica)
+    return response
+
+
+def _count_out(ctx: BrokerContext, targets: list[Target], sizes: list[int], for_replica: bool) -> None:
+    """Per-topic bytes out of the answer sent (metrics on only)."""
+    if ctx.metrics is None:
+        return
+    for target, size in zip(targets, sizes, strict=True):
+        if size:
+            ctx.metrics.topics.bytes_sent(target.topic, size, for_replica=for_replica)
 
 
 def _last_fetched_epoch(p: object) -> int:
@@ -110,9 +134,13 @@ def _positions(ctx: BrokerContext, targets: list[Target], for_replica: bool) -> 
 
 
 def _read_all(
-    ctx: BrokerContext, replica_id: int, targets: list[Target], max_bytes: int, replica_epoch: int = -1
+    ctx: BrokerContext, replica_id: int, targets: list[Target], max_bytes: int, replica_epoch: int = -1,
+    *, sent: list[tuple[str, bytes]] | None = None,
 ) -> tuple[pb.FetchResponse, list[int], bool]:
-    """Read every target within the limits; ``(response, bytes per target, whether any failed)``."""
+    """Read every target within the limits; ``(response, bytes per target, whether any failed)``; ``sent``
+    (when given) gets ``(topic, records)`` of this read's non-empty partitions, in place of an earlier read's."""
+    if sent is not None:
+        sent.clear()
     response = pb.FetchResponse()
     topics: dict[str, pb.FetchTopicResponse] = {}
     sizes: list[int] = []
@@ -122,8 +150,11 @@ def _read_all(
         if topic is None:
             topic = topics[target.topic] = response.topics.add(name=target.topic)
         answer = topic.partitions.add(partition=target.partition)
-        size = _read_one(ctx, replica_id, target, min(partition_limit(target, max_bytes), budget), min_one_batch,
-                         answer, replica_epoch)  # fmt: skip
+        records = _read_one(ctx, replica_id, target, min(partition_limit(target, max_bytes), budget), min_one_batch,
+                            answer, replica_epoch)  # fmt: skip
+        size = len(records)
+        if sent is not None and size:
+            sent.append((target.topic, records))
         failed = failed or bool(answer.error.code) or answer.HasField("diverging_epoch")  # both answer at once
         sizes.append(size)
         if size:
@@ -135,8 +166,8 @@ def _read_all(
 def _read_one(
     ctx: BrokerContext, replica_id: int, target: Target, max_bytes: int, min_one_batch: bool,
     answer: pb.FetchPartitionResponse, replica_epoch: int = -1,
-) -> int:  # fmt: skip
-    """Read one partition into ``answer``; returns the bytes read."""
+) -> bytes:  # fmt: skip
+    """Read one partition into ``answer``; returns the records read (empty: none)."""
     answer.high_watermark = answer.last_stable_offset = answer.log_start_offset = answer.log_end_offset = -1
     answer.leader_epoch = -1
     try:
@@ -149,10 +180,10 @@ def _read_one(
     except OffsetOutOfRangeError as exc:
         answer.error.CopyFrom(error_of(exc))
         _fill_offsets(ctx, target, answer)
-        return 0
+        return b""
     except Exception as exc:
         answer.error.CopyFrom(error_of(exc))
-        return 0
+        return b""
     if read.high_watermark_moved:
         ctx.replicas.produce_purgatory.check_and_complete((target.topic, target.partition))
         ctx.replicas.fetch_purgatory.check_and_complete((target.topic, target.partition))
@@ -163,10 +194,10 @@ def _read_one(
     if read.diverging_epoch is not None:  # KIP-320: no records, where the reader's epoch ends here
         answer.diverging_epoch.epoch = read.diverging_epoch.leader_epoch
         answer.diverging_epoch.end_offset = read.diverging_epoch.end_offset
-    records = read.records
+    records: bytes = read.records
     if records:
         answer.records = records
-    return len(records)
+    return records
 
 
 def _fill_offsets(ctx: BrokerContext, target: Target, answer: pb.FetchPartitionResponse) -> None:

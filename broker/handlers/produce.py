@@ -61,11 +61,14 @@ def handle(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse
         return response
     timeout_ms = min(max(request.timeout_ms, 0), MAX_TIMEOUT_MS)
     results = ctx.replicas.append_records(entries, acks, timeout_ms).wait()
-    for result, answer in zip(results, answers, strict=True):
+    metrics = ctx.metrics
+    for result, answer, (_, records) in zip(results, answers, entries, strict=True):
         if result.exception is not None:
             answer.error.CopyFrom(error_of(result.exception))
             continue
         assert result.info is not None
+        if metrics is not None:
+            metrics.topics.produced(result.key[0], len(records), result.info.record_count)
         answer.base_offset = result.info.first_offset
         answer.log_append_time_ms = result.info.log_append_time
         answer.log_start_offset = result.info.log_start_offset

@@ -27,8 +27,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import socket
 import struct
+import time
 from typing import Any
 
 from broker.context import BrokerContext
@@ -179,13 +181,19 @@ class Connection:
             raise ProtocolError(f"malformed {api.name} v{version} request: {exc}") from None
         self.session.client_id = client_id
         request = Request(self.ctx, self.session, api_key, version, correlation_id, client_id, body)
+        metrics = self.ctx.metrics
+        started = time.perf_counter() if metrics is not None else 0.0
         try:
             answer = api.handle(request)
         except CloseConnection as exc:
             raise ProtocolError(str(exc)) from None
         except Exception:
             logger.exception("broker %d: kafka %s v%d failed", self.ctx.broker_id, api.name, version)
+            if metrics is not None:
+                metrics.requests.record_kafka(api.name, started, failed=True)
             raise ProtocolError(f"{api.name} failed on the broker") from None
+        if metrics is not None:
+            metrics.requests.record_kafka(api.name, started)
         if answer is None:
             return
         flexible = api_key != API_VERSIONS_KEY and bool(codec.request_class(api_key, version).__flexible__)
@@ -222,11 +230,20 @@ class Connection:
             self.sock.sendall(b"".join(pending))
 
     def _sendfile(self, region: FileRegion) -> None:
-        """The region's bytes from the page cache to the socket (Kafka's ``FileRecords.writeTo``)."""
-        self.sock.settimeout(None)  # os.sendfile needs a blocking socket; a dead peer ends it with an error
+        """The region's bytes from the page cache to the socket (Kafka's ``FileRecords.writeTo``). The socket
+        stays non-blocking: a client that stops reading for ``connections.max.idle.ms`` is dropped rather than
+        holding this thread."""
+        self.sock.settimeout(self.idle_timeout_s)  # O_NONBLOCK at the OS level: sendfile returns EAGAIN
         sent, out = 0, self.sock.fileno()
+        writable = select.poll()
+        writable.register(out, select.POLLOUT)
         while sent < region.size:
-            n = os.sendfile(out, region.fd, region.position + sent, min(region.size - sent, SENDFILE_CHUNK))
+            try:
+                n = os.sendfile(out, region.fd, region.position + sent, min(region.size - sent, SENDFILE_CHUNK))
+            except BlockingIOError:
+                if not writable.poll(self.idle_timeout_s * 1000):
+                    raise TimeoutError(f"the client read nothing for {self.idle_timeout_s:.0f} s") from None
+                continue
             if n == 0:  # the file shrank under us: the frame cannot be completed
                 raise ProtocolError(f"segment ended after {sent}/{region.size} bytes of a fetch response")
             sent += n

@@ -139,10 +139,13 @@ class ComposeBackend:
         healthy (unless ``wait`` is false). ``*_config``: ``--config`` pairs for every broker / controller."""
         rng = random.Random(os.getpid() ^ time.monotonic_ns())  # names and ports only
         project = project or f"odradek-chaos-{rng.randrange(16**6):06x}"
-        ports, kafka_ports = free_host_ports(BROKERS), free_host_ports(BROKERS)
+        # one call: ports from two calls could overlap (each call's sockets are closed when it returns)
+        ports = free_host_ports(2 * BROKERS + 2)
+        ports, kafka_ports, (prometheus_port, console_port) = ports[:BROKERS], ports[BROKERS:-2], ports[-2:]
         env = dict(os.environ)
         env.update({f"ODRADEK_BROKER_{i}_PORT": str(port) for i, port in enumerate(ports)})
         env.update({f"ODRADEK_BROKER_{i}_KAFKA_PORT": str(port) for i, port in enumerate(kafka_ports)})
+        env["ODRADEK_PROMETHEUS_PORT"], env["ODRADEK_CONSOLE_PORT"] = str(prometheus_port), str(console_port)
         env["ODRADEK_SUBNET"] = free_subnet(rng)
         env["ODRADEK_PUBLISH_HOST"] = env["ODRADEK_ADVERTISED_HOST"] = EXTERNAL_HOST
         env["ODRADEK_BROKER_ARGS"] = " ".join(f"--config {k}={v}" for k, v in (broker_config or {}).items())
@@ -181,6 +184,16 @@ class ComposeBackend:
     def kafka_bootstrap_servers(self) -> str:
         """The brokers' Kafka-protocol listeners as published on the host (KAFKA_EXTERNAL)."""
         return ",".join(f"{EXTERNAL_HOST}:{port}" for port in self._kafka_ports)
+
+    @property
+    def prometheus_url(self) -> str:
+        """The compose file's Prometheus server, as published on the host."""
+        return f"http://{EXTERNAL_HOST}:{self._env.get('ODRADEK_PROMETHEUS_PORT', '9090')}"
+
+    @property
+    def console_url(self) -> str:
+        """The compose file's web console, as published on the host."""
+        return f"http://{EXTERNAL_HOST}:{self._env.get('ODRADEK_CONSOLE_PORT', '8080')}"
 
     @property
     def capabilities(self) -> frozenset[Capability]:

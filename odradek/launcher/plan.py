@@ -6,6 +6,10 @@ Port plan from ``--base-port B`` (default 9092), every address on 127.0.0.1::
     controller i, gRPC          B + 100 + i    (9192, 9193, ...)
     controller i, Raft          B + 200 + i    (9292, 9293, ...)
     broker i, Kafka protocol    B + 300 + i    (9392, 9393, ...: the Kafka bootstrap servers)
+    broker i, metrics           B + 500 + i    (9592, ...: http://HOST:PORT/metrics)
+    controller i, metrics       B + 600 + i    (9692, ...)
+
+(a node's metrics port is its gRPC port + 500).
 
 Node ids count from 0 for controllers and brokers alike (they are separate id spaces). Under the data
 dir ``D``: ``D/controller-<id>/`` and ``D/broker-<id>/`` (each node's data dir), ``D/logs/<name>.log``,
@@ -29,6 +33,7 @@ DEFAULT_BASE_PORT = 9092
 CONTROLLER_PORT_OFFSET = 100
 RAFT_PORT_OFFSET = 200
 KAFKA_PORT_OFFSET = 300
+METRICS_PORT_OFFSET = 500  # from the node's gRPC port
 MAX_NODES = 100  # per role: the port ranges above must not overlap
 CLUSTER_JSON = "cluster.json"
 SECRET_FILE = "cluster.secret"
@@ -36,7 +41,8 @@ SECRET_FILE = "cluster.secret"
 
 @dataclass(frozen=True, slots=True)
 class NodePlan:
-    """One process of the cluster. ``raft_listen`` is empty for a broker."""
+    """One process of the cluster. ``raft_listen`` is empty for a broker; ``metrics`` is the address of its
+    ``/metrics`` endpoint."""
 
     role: str  # "controller" or "broker"
     node_id: int
@@ -44,6 +50,7 @@ class NodePlan:
     data_dir: str
     raft_listen: str = ""
     kafka_listen: str = ""  # a broker's Kafka-protocol listener ("" in a layout from before it existed)
+    metrics: str = ""
 
     @property
     def name(self) -> str:
@@ -83,7 +90,7 @@ class ClusterPlan:
         """A broker's ``--controllers``: every controller's gRPC address."""
         return ",".join(c.listen for c in self.controllers)
 
-    def ports(self) -> list[tuple[int, str]]:
+    def ports(self, *, metrics: bool = True) -> list[tuple[int, str]]:
         """Every port the cluster binds, with what binds it (for "port in use" messages)."""
         found: list[tuple[int, str]] = []
         for node in self.nodes:
@@ -92,6 +99,8 @@ class ClusterPlan:
                 found.append((port_of(node.raft_listen), f"controller {node.node_id} (Raft)"))
             if node.kafka_listen:
                 found.append((port_of(node.kafka_listen), f"broker {node.node_id} (Kafka protocol)"))
+            if metrics and node.metrics:
+                found.append((port_of(node.metrics), f"{node.role} {node.node_id} (metrics)"))
         return found
 
     def log_path(self, node: NodePlan) -> Path:
@@ -112,12 +121,13 @@ def plan_cluster(
     for count, what in ((controllers, "--controllers"), (brokers, "--brokers")):
         if not 1 <= count <= MAX_NODES:
             raise CliError(f"{what} must be between 1 and {MAX_NODES}, got {count}")
-    highest = max(base_port + RAFT_PORT_OFFSET + controllers, base_port + KAFKA_PORT_OFFSET + brokers) - 1
+    highest = base_port + CONTROLLER_PORT_OFFSET + METRICS_PORT_OFFSET + controllers - 1
     if base_port < 1 or highest > 65535:
         raise CliError(
             f"--base-port {base_port} does not fit: the cluster uses ports {base_port}..{highest} "
             f"(brokers from {base_port}, controllers from {base_port + CONTROLLER_PORT_OFFSET}, "
-            f"Raft from {base_port + RAFT_PORT_OFFSET}, Kafka protocol from {base_port + KAFKA_PORT_OFFSET})"
+            f"Raft from {base_port + RAFT_PORT_OFFSET}, Kafka protocol from {base_port + KAFKA_PORT_OFFSET}, "
+            f"metrics from {base_port + METRICS_PORT_OFFSET})"
         )
     root = os.path.abspath(root)
     return ClusterPlan(
@@ -129,12 +139,15 @@ def plan_cluster(
                 f"{_host(hosts, 'controller', i)}:{base_port + CONTROLLER_PORT_OFFSET + i}",
                 os.path.join(root, f"controller-{i}"),
                 raft_listen=f"{_host(hosts, 'controller', i)}:{base_port + RAFT_PORT_OFFSET + i}",
+                metrics=f"{_host(hosts, 'controller', i)}:"
+                f"{base_port + CONTROLLER_PORT_OFFSET + METRICS_PORT_OFFSET + i}",
             )
             for i in range(controllers)
         ),  # fmt: skip
         brokers=tuple(
             NodePlan("broker", i, f"{_host(hosts, 'broker', i)}:{base_port + i}", os.path.join(root, f"broker-{i}"),
-                     kafka_listen=f"{_host(hosts, 'broker', i)}:{base_port + KAFKA_PORT_OFFSET + i}")
+                     kafka_listen=f"{_host(hosts, 'broker', i)}:{base_port + KAFKA_PORT_OFFSET + i}",
+                     metrics=f"{_host(hosts, 'broker', i)}:{base_port + METRICS_PORT_OFFSET + i}")
             for i in range(brokers)
         ),
     )
@@ -144,9 +157,10 @@ def _host(hosts: Mapping[str, str], role: str, node_id: int) -> str:
     return hosts.get(f"{role}-{node_id}", HOST)
 
 
-def cluster_document(plan: ClusterPlan, pids: Mapping[str, int]) -> dict[str, Any]:
-    """``cluster.json`` as INTERFACE.md defines it; ``pids`` maps node names (``broker-0``) to process ids."""
-    return {
+def cluster_document(plan: ClusterPlan, pids: Mapping[str, int], *, metrics: bool = True) -> dict[str, Any]:
+    """``cluster.json`` as INTERFACE.md defines it; ``pids`` maps node names (``broker-0``) to process ids;
+    each node's ``"metrics"`` is its ``/metrics`` address, null when the cluster runs without metrics."""
+    doc: dict[str, Any] = {
         "bootstrap_servers": plan.bootstrap_servers,
         "kafka_bootstrap_servers": plan.kafka_bootstrap_servers,
         "controllers": [
@@ -165,13 +179,17 @@ def cluster_document(plan: ClusterPlan, pids: Mapping[str, int]) -> dict[str, An
             for b in plan.brokers
         ],
     }
+    for key, nodes in (("controllers", plan.controllers), ("brokers", plan.brokers)):
+        for entry, node in zip(doc[key], nodes, strict=True):
+            entry["metrics"] = node.metrics if metrics and node.metrics else None
+    return doc
 
 
-def write_cluster_json(plan: ClusterPlan, pids: Mapping[str, int]) -> Path:
+def write_cluster_json(plan: ClusterPlan, pids: Mapping[str, int], *, metrics: bool = True) -> Path:
     """Write ``<root>/cluster.json`` atomically (a reader never sees half a file)."""
     path = Path(plan.root) / CLUSTER_JSON
     tmp = path.with_name(f".{CLUSTER_JSON}.tmp")
-    tmp.write_text(json.dumps(cluster_document(plan, pids), indent=2) + "\n")
+    tmp.write_text(json.dumps(cluster_document(plan, pids, metrics=metrics), indent=2) + "\n")
     os.replace(tmp, path)
     return path
 
@@ -222,7 +240,9 @@ def _node(role: str, entry: Mapping[str, Any]) -> NodePlan:
     data_dir = entry["data_dir"]
     if not isinstance(data_dir, str) or not data_dir:
         raise ValueError(f"bad data_dir {data_dir!r}")
-    return NodePlan(role, node_id, listen, data_dir, raft_listen=raft, kafka_listen=kafka)
+    # a cluster.json without metrics addresses (an older one, or a run without metrics): the planned ones
+    metrics = entry.get("metrics") or f"{listen.rpartition(':')[0]}:{port_of(listen) + METRICS_PORT_OFFSET}"
+    return NodePlan(role, node_id, listen, data_dir, raft_listen=raft, kafka_listen=kafka, metrics=_address(metrics))
 
 
 def _address(value: object) -> str:

@@ -1,9 +1,10 @@
 """``odradek up``: a local cluster of controllers and brokers as child processes on 127.0.0.1.
 
-    odradek up [--controllers 3] [--brokers 3] [--data-dir ./odradek-data] [--base-port 9092]
+    odradek up [--controllers 3] [--brokers 3] [--data-dir ./odradek-data] [--base-port 9092] [--no-metrics]
 
-Starts the children (``plan`` has the port plan and the directory layout), waits until the cluster
-answers (an active controller, every broker registered and unfenced; bounded by ``--start-timeout``,
+Starts the children (``plan`` has the port plan and the directory layout), each with its ``/metrics``
+endpoint unless ``--no-metrics``, waits until the cluster answers (an active controller, every broker
+registered and unfenced, every node SERVING in its gRPC health service; bounded by ``--start-timeout``,
 with progress lines on stderr), prints the bootstrap servers and a short status on stdout, writes
 ``DIR/cluster.json`` and records the address for the client commands (``odradek.bootstrap``). Then it
 watches: a child that exits is reported on stderr. Ctrl-C, SIGTERM or SIGHUP stop every child (brokers
@@ -61,7 +62,8 @@ def add_up_parser(commands: Any) -> None:
         description="Start a local cluster as child processes on 127.0.0.1, wait until it is ready, print the "
         "bootstrap servers, write DIR/cluster.json, and stop every child on Ctrl-C or SIGTERM. Re-running it on "
         "the same DIR restarts the same cluster with its data. Ports: brokers from --base-port, controllers "
-        "from --base-port + 100, their Raft ports from --base-port + 200.",
+        "from --base-port + 100, their Raft ports from --base-port + 200, the nodes' /metrics endpoints at their "
+        "gRPC port + 500.",
     )
     parser.add_argument("--controllers", type=int, metavar="N", help=f"controller nodes (default {DEFAULT_COUNT})")
     parser.add_argument("--brokers", type=int, metavar="N", help=f"brokers (default {DEFAULT_COUNT})")
@@ -74,6 +76,8 @@ def add_up_parser(commands: Any) -> None:
     parser.add_argument("--broker-config", action="append", metavar="KEY=VALUE", help="for every broker (repeatable)")
     parser.add_argument("--controller-config", action="append", metavar="KEY=VALUE",
                         help="for every controller (repeatable)")  # fmt: skip
+    parser.add_argument("--no-metrics", dest="metrics", action="store_false",
+                        help="start the nodes without /metrics endpoints (no metrics work at all)")  # fmt: skip
     parser.set_defaults(handler=run)
 
 
@@ -107,8 +111,8 @@ def _or(value: int | None, default: int) -> int:
     return default if value is None else value
 
 
-def check_ports(plan: ClusterPlan, doc_pids: list[int]) -> None:
-    busy = ports_in_use(plan.ports())
+def check_ports(plan: ClusterPlan, doc_pids: list[int], *, metrics: bool = True) -> None:
+    busy = ports_in_use(plan.ports(metrics=metrics))
     if not busy:
         return
     listing = ", ".join(f"{port} ({what})" for port, what in busy[:4]) + (" ..." if len(busy) > 4 else "")
@@ -161,9 +165,11 @@ def locked(root: str) -> Iterator[None]:
 # ------------------------------------------------------------------------------------------ children
 
 
-def child_argv(plan: ClusterPlan, node: NodePlan, secret: Path, config: list[str]) -> list[str]:
+def child_argv(plan: ClusterPlan, node: NodePlan, secret: Path, config: list[str], metrics: bool = True) -> list[str]:
     listen = f"PLAINTEXT://{node.listen},KAFKA://{node.kafka_listen}" if node.kafka_listen else node.listen
     argv = [sys.executable, "-m", "odradek.cli", node.role, "--node-id", str(node.node_id), "--listen", listen]
+    if metrics and node.metrics:
+        argv += ["--metrics-listen", node.metrics]
     if node.role == "controller":
         argv += ["--raft-listen", node.raft_listen, "--quorum", plan.quorum, "--controller-addresses",
                  plan.controller_addresses, "--cluster-secret-file", str(secret)]  # fmt: skip
@@ -179,27 +185,34 @@ def make_children(plan: ClusterPlan, secret: Path, args: argparse.Namespace) -> 
     env = {k: v for k, v in os.environ.items() if k != "ODRADEK_CLUSTER_SECRET"}
     env["PYTHONUNBUFFERED"] = "1"
     broker_env = {**env, "MALLOC_MMAP_THRESHOLD_": "67108864"}  # measured: doubles 1 MiB RPC throughput
+    metrics = getattr(args, "metrics", True)
     controllers = [
-        Child(c.name, c.role, child_argv(plan, c, secret, args.controller_config or []), env, plan.log_path(c))
+        Child(c.name, c.role, child_argv(plan, c, secret, args.controller_config or [], metrics), env,
+              plan.log_path(c))
         for c in plan.controllers
-    ]
+    ]  # fmt: skip
     broker_config = list(args.broker_config or [])
     if not any(item.startswith("offsets.topic.replication.factor=") for item in broker_config):
         # Kafka's quickstart habit: a cluster smaller than the default factor (3) sets it to its size, since
         # __consumer_offsets is not created with fewer live brokers than the factor.
         broker_config.insert(0, f"offsets.topic.replication.factor={min(3, len(plan.brokers))}")
     brokers = [
-        Child(b.name, b.role, child_argv(plan, b, secret, broker_config), broker_env, plan.log_path(b))
+        Child(b.name, b.role, child_argv(plan, b, secret, broker_config, metrics), broker_env,
+              plan.log_path(b))
         for b in plan.brokers
-    ]
+    ]  # fmt: skip
     return controllers, brokers
 
 
 class Up:
     """One run of ``odradek up``: its children, the stop flag its signal handlers set, and its waits."""
 
-    def __init__(self, plan: ClusterPlan, controllers: list[Child], brokers: list[Child], timeout_s: float) -> None:
+    def __init__(
+        self, plan: ClusterPlan, controllers: list[Child], brokers: list[Child], timeout_s: float,
+        *, metrics: bool = True,
+    ) -> None:  # fmt: skip
         self.plan = plan
+        self.metrics = metrics
         self.controllers = controllers
         self.brokers = brokers
         self.children = controllers + brokers
@@ -248,7 +261,22 @@ class Up:
                 next_progress += PROGRESS_INTERVAL_S
                 self.progress(ready)
             time.sleep(0.1)
-        return self.wait_answers(deadline)
+        active = self.wait_answers(deadline)
+        self.wait_serving(deadline)
+        return active
+
+    def wait_serving(self, deadline: float) -> None:
+        """Wait until every node's gRPC health service answers SERVING."""
+        from odradek.health import SERVING, check_all
+
+        while True:
+            statuses = check_all([node.listen for node in self.plan.nodes], timeout_s=2.0)
+            waiting = [f"{node.name} {statuses[node.listen]}" for node in self.plan.nodes
+                       if statuses[node.listen] != SERVING]  # fmt: skip
+            if not waiting:
+                return
+            self._check_waiting(deadline, "every node to be SERVING (" + ", ".join(waiting) + ")")
+            time.sleep(0.2)
 
     def _check_waiting(self, deadline: float, what: str) -> None:
         dead = self.dead_child()
@@ -306,7 +334,8 @@ class Up:
             role = ("  active" if node.node_id == active else "") if node.role == "controller" else ""
             raft = f"  raft {node.raft_listen}" if node.raft_listen else ""
             kafka = f"  kafka {node.kafka_listen}" if node.kafka_listen else ""
-            lines.append(f"  {node.name:<14} {node.listen}{raft}{kafka}  pid {child.pid}{role}")
+            metrics = f"  metrics {node.metrics}" if self.metrics and node.metrics else ""
+            lines.append(f"  {node.name:<14} {node.listen}{raft}{kafka}{metrics}  pid {child.pid}{role}")
         lines += [
             f"Logs in {self.plan.root}/logs/, layout in {self.plan.root}/cluster.json.",
             f"Client commands find this cluster by themselves (or: export {ENV_VAR}={self.plan.bootstrap_servers}).",
@@ -345,9 +374,9 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"cannot create the data dir {root}: {exc.strerror}") from None
     with locked(root):
         plan, restart = choose_plan(args, root)
-        check_ports(plan, recorded_pids(root) if restart else [])
+        check_ports(plan, recorded_pids(root) if restart else [], metrics=args.metrics)
         controllers, brokers = make_children(plan, ensure_secret(root), args)
-        up = Up(plan, controllers, brokers, args.start_timeout)
+        up = Up(plan, controllers, brokers, args.start_timeout, metrics=args.metrics)
         return _run_cluster(up, restart)
 
 
@@ -360,7 +389,7 @@ def _run_cluster(up: Up, restart: bool) -> int:
     try:
         up.start()
         active = up.wait_ready()
-        write_cluster_json(up.plan, {c.name: c.pid for c in up.children})
+        write_cluster_json(up.plan, {c.name: c.pid for c in up.children}, metrics=up.metrics)
         record_last_up(up.plan.bootstrap_servers, up.plan.root)
         print("\n".join(up.status_lines(active)), flush=True)
         status = up.watch()

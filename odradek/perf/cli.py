@@ -1,8 +1,10 @@
 """``odradek perf produce|consume|e2e``: the command line of the perf tools.
 
-Progress lines go to stderr every ~5 s; the Kafka-style summary line goes to stdout, followed, with
-``--json``, by one JSON object as the last stdout line. The exit status is 1 when records failed, were
-lost, or did not arrive in time (the summary and the JSON are printed all the same).
+Progress lines go to stderr every ~5 s, and a live progress line (``odradek.progress``) with the share
+done and the time left when stderr is a terminal or with ``--progress``; the Kafka-style summary line goes
+to stdout, followed, with ``--json``, by one JSON object as the last stdout line. The exit status is 1
+when records failed, were lost, or did not arrive in time (the summary and the JSON are printed all the
+same).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from odradek.errors import CliError, ConfigError, OdradekError
 from odradek.perf.consume import E2EConsumer, SendErrors, consume, e2e_produce, new_run_id
 from odradek.perf.produce import LATENCY_SAMPLES, ProduceRun, default_sample_every, produce, producer_config
 from odradek.perf.stats import Recorder, latency_summary, result_document, summary_line
+from odradek.progress import Progress, add_progress_option, wanted
 
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 ACKS = ("0", "1", "all", "-1")
@@ -78,6 +81,7 @@ def add_perf_parser(commands: Any) -> None:
 
     for sub in (p, c, e):
         sub.add_argument("--json", action="store_true", help="print a JSON object as the last stdout line")
+        add_progress_option(sub)
         add_bootstrap_option(sub)
 
 
@@ -95,7 +99,18 @@ def _client(kind: str, config: dict[str, object]) -> Any:
         raise CliError(str(exc)) from None
 
 
-def _finish(args: argparse.Namespace, line: str, doc: dict[str, Any], problems: list[str]) -> int:
+def _recorder(args: argparse.Namespace, verb: str, **options: Any) -> Recorder:
+    """The run's Recorder, with a live progress line when wanted (``--progress``, or stderr a terminal)."""
+    recorder = Recorder(verb, **options)
+    recorder.progress = Progress(verb, args.num_records, enabled=wanted(args.progress), clock=recorder.clock)
+    return recorder
+
+
+def _finish(args: argparse.Namespace, line: str, doc: dict[str, Any], problems: list[str],
+            recorder: Recorder | None = None) -> int:  # fmt: skip
+    if recorder is not None and recorder.progress is not None:
+        recorder.progress.update(recorder.records, force=True)
+        recorder.progress.close()
     print(line, flush=True)
     for problem in problems:
         print(f"odradek perf: {problem}", file=sys.stderr, flush=True)
@@ -125,7 +140,7 @@ def run_produce(args: argparse.Namespace) -> int:
     options = {"acks": args.acks, "batch.size": args.batch_size, "linger.ms": args.linger_ms,
                "compression.type": args.compression}  # fmt: skip
     config = producer_config(servers, options, parse_key_values(args.producer_config, "--producer-config"))
-    recorder = Recorder("sent")
+    recorder = _recorder(args, "sent")
     with reaching(servers):
         topic_partitions(servers, args.topic)  # a clear error for a missing topic, before any timing
         producer = _client("Producer", config)
@@ -143,7 +158,7 @@ def run_produce(args: argparse.Namespace) -> int:
                           errors=result.failed, latency_sample_every=every,
                           latency_samples=result.latency_samples)  # fmt: skip
     line = summary_line("sent", result.delivered, nbytes, result.seconds, latency, every)
-    return _finish(args, line, doc, problems)
+    return _finish(args, line, doc, problems, recorder)
 
 
 # -------------------------------------------------------------------------------------------- consume
@@ -160,7 +175,7 @@ def run_consume(args: argparse.Namespace) -> int:
     _positive(args.num_records, "--num-records")
     servers = bootstrap_servers(args)
     config = consumer_config(servers, "earliest", parse_key_values(args.consumer_config, "--consumer-config"))
-    recorder = Recorder("received", keep_latencies=False)
+    recorder = _recorder(args, "received", keep_latencies=False)
     with reaching(servers):
         partitions = topic_partitions(servers, args.topic)
         consumer = _client("Consumer", config)
@@ -174,7 +189,8 @@ def run_consume(args: argparse.Namespace) -> int:
         problems.append(f"only {result.records} of {args.num_records} records arrived "
                         f"(none for {args.timeout_ms} ms)")  # fmt: skip
     doc = result_document(result.records, result.bytes, result.seconds, None)
-    return _finish(args, summary_line("received", result.records, result.bytes, result.seconds, None), doc, problems)
+    line = summary_line("received", result.records, result.bytes, result.seconds, None)
+    return _finish(args, line, doc, problems, recorder)
 
 
 # ------------------------------------------------------------------------------------------------ e2e
@@ -190,7 +206,7 @@ def run_e2e(args: argparse.Namespace) -> int:
     consumer_cfg = consumer_config(servers, "latest", parse_key_values(args.consumer_config, "--consumer-config"))
     producer_cfg = producer_config(servers, {"acks": args.acks, "linger.ms": 0},
                                    parse_key_values(args.producer_config, "--producer-config"))  # fmt: skip
-    recorder = Recorder("received")
+    recorder = _recorder(args, "received")
     with reaching(servers):
         partitions = topic_partitions(servers, args.topic)
         consumer = _client("Consumer", consumer_cfg)
@@ -254,4 +270,4 @@ def _e2e_report(args: argparse.Namespace, thread: E2EConsumer, errors: SendError
         problems.append(f"{lost} delivered records never reached the consumer (waited {args.timeout_ms} ms)")
     doc = result_document(received, recorder.bytes, seconds, latency, sent=args.num_records, errors=errors.count,
                           duplicates=thread.duplicates)  # fmt: skip
-    return _finish(args, summary_line("received", received, recorder.bytes, seconds, latency), doc, problems)
+    return _finish(args, summary_line("received", received, recorder.bytes, seconds, latency), doc, problems, recorder)

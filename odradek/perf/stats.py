@@ -20,6 +20,8 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
+from odradek.progress import Progress
+
 MB = 1024 * 1024  # Kafka's perf tools divide by 2^20
 PERCENTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999))
 REPORT_INTERVAL_S = 5.0
@@ -59,9 +61,10 @@ class Recorder:
 
     def __init__(
         self, verb: str, *, interval_s: float = REPORT_INTERVAL_S, out: IO[str] | None = None,
-        clock: Callable[[], float] = time.perf_counter, keep_latencies: bool = True,
+        clock: Callable[[], float] = time.perf_counter, keep_latencies: bool = True, progress: Progress | None = None,
     ) -> None:  # fmt: skip
         self.verb = verb
+        self.progress = progress  # a live line on stderr (odradek.progress), redrawn from the recording thread
         self.interval_s = interval_s
         self.out = out or sys.stderr
         self.clock = clock
@@ -93,6 +96,9 @@ class Recorder:
             self.latencies_ms.append(latency_ms)
         if now >= self._next_report:
             self.report_window(now)
+        progress = self.progress
+        if progress is not None and now >= progress.next_at:
+            progress.update(self.records, now)
 
     def record_batch(self, records: int, nbytes: int, now: float) -> None:
         """``records`` records completed at once, latencies not measured (``perf consume``)."""
@@ -103,6 +109,9 @@ class Recorder:
         self.last_at = now
         if now >= self._next_report:
             self.report_window(now)
+        progress = self.progress
+        if progress is not None and now >= progress.next_at:
+            progress.update(self.records, now)
 
     def record_error(self, error: BaseException, records: int = 1) -> None:
         self.errors += records
@@ -118,6 +127,8 @@ class Recorder:
         if self.keep_latencies and window:
             avg = sum(window) / len(window)
             line += f", {avg:.1f} ms avg latency, {max(window):.1f} ms max latency"
+        if self.progress is not None:
+            self.progress.clear()  # the window line goes above the live line, which the next update redraws
         print(line + ".", file=self.out, flush=True)
         self._window_start = now
         self._next_report = now + self.interval_s

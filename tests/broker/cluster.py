@@ -15,12 +15,14 @@ Reusable by any test suite (it depends on nothing in a conftest)::
         cluster.kill_broker(2)                             # SIGKILL
     # leaving the block stops every process (SIGTERM, then SIGKILL after a bound)
 
-``Cluster(root, brokers=1, controllers=1, broker_config=None, controller_config=None, start=True)``:
+``Cluster(root, brokers=1, controllers=1, broker_config=None, controller_config=None, start=True,
+metrics=False)``:
 
 * ``root``: a directory (pytest's ``tmp_path``); each process gets ``root/<name>/`` as data dir and writes
   ``root/<name>.out`` / ``.err``.
 * ``broker_config`` / ``controller_config``: ``--config KEY=VALUE`` for every broker / controller. Brokers
   default to ``broker.heartbeat.interval.ms=500`` so tests settle quickly.
+* ``metrics``: every process serves ``/metrics`` on a free port (``Proc.metrics_address``, else "").
 * ``brokers[i]`` / ``controllers[i]`` are :class:`Proc` objects: ``node_id``, ``address``, ``data_dir``,
   ``popen``, ``output()`` (stdout so far), ``errors()`` (stderr so far), ``alive()``.
 * ``broker_channel(i)`` / ``broker_stub(i)`` / ``controller_stub(i)``: gRPC channels and stubs (closed by
@@ -78,6 +80,7 @@ class Proc:
         self.err_path = data_dir.parent / f"{name}.err"
         self.popen: subprocess.Popen[bytes] | None = None
         self._offset = 0
+        self.metrics_address = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--metrics-listen"), "")
 
     def start(self) -> None:
         assert not self.alive(), f"{self.name} is already running"
@@ -149,13 +152,22 @@ class Cluster:
         broker_config: Mapping[str, str] | None = None,
         controller_config: Mapping[str, str] | None = None,
         start: bool = True,
+        metrics: bool = False,
         kafka: bool = False,
     ) -> None:
         self.root = Path(root)
-        ports = free_ports(2 * controllers + brokers * (2 if kafka else 1))
+        # one call: ports from two calls could overlap (each call's sockets are closed when it returns)
+        nodes = controllers + brokers
+        ports = free_ports(2 * controllers + brokers + (brokers if kafka else 0) + (nodes if metrics else 0))
         grpc_ports, raft_ports = ports[:controllers], ports[controllers : 2 * controllers]
         broker_ports = ports[2 * controllers : 2 * controllers + brokers]
-        self.kafka_addresses = [f"127.0.0.1:{p}" for p in ports[2 * controllers + brokers :]]
+        kafka_ports = ports[2 * controllers + brokers : 2 * controllers + brokers + (brokers if kafka else 0)]
+        self.kafka_addresses = [f"127.0.0.1:{p}" for p in kafka_ports]
+        metrics_ports = ports[len(ports) - (nodes if metrics else 0) :]
+
+        def metrics_args(i: int) -> list[str]:
+            return ["--metrics-listen", f"127.0.0.1:{metrics_ports[i]}"] if metrics else []
+
         quorum = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(raft_ports))
         addresses = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(grpc_ports))
         env = {k: v for k, v in os.environ.items() if k != "ODRADEK_CLUSTER_SECRET"}
@@ -166,7 +178,7 @@ class Cluster:
             argv = [*odradek_command(), "controller", "--node-id", str(i), "--listen", listen]
             argv += ["--raft-listen", f"127.0.0.1:{raft_ports[i]}", "--quorum", quorum]
             argv += ["--controller-addresses", addresses, "--data-dir", str(data_dir)]
-            argv += _config_args(controller_config or {})
+            argv += _config_args(controller_config or {}) + metrics_args(i)
             self.controllers.append(Proc(f"controller-{i}", i, listen, data_dir, argv, env))
         self.controller_addresses = ",".join(c.address for c in self.controllers)
         broker_env = {**env, "MALLOC_MMAP_THRESHOLD_": "67108864"}
@@ -177,6 +189,7 @@ class Cluster:
             listeners = f"PLAINTEXT://{listen},KAFKA://{self.kafka_addresses[i]}" if kafka else listen
             argv = [*odradek_command(), "broker", "--node-id", str(i), "--listen", listeners]
             argv += ["--controllers", self.controller_addresses, "--data-dir", str(data_dir), *_config_args(config)]
+            argv += metrics_args(controllers + i)
             self.brokers.append(Proc(f"broker-{i}", i, listen, data_dir, argv, broker_env))
         self._channels: dict[str, grpc.Channel] = {}
         if start:

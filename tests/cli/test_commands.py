@@ -189,6 +189,11 @@ def test_cluster_shows_the_active_controller_and_fenced_brokers() -> None:
         "Brokers:", "  0   h:9   alive", "  1   h:10  fenced",
     ]  # fmt: skip
     assert "Active controller: none" in format_cluster(ClusterDescription("c", -1, [], []))[0]
+    health = {"h:1": "SERVING", "h:2": "SERVING", "h:9": "SERVING", "h:10": "UNREACHABLE"}
+    assert format_cluster(cluster, health)[2:] == [
+        "  0   h:1   standby  SERVING", "  1   h:2   active   SERVING",
+        "Brokers:", "  0   h:9   alive    SERVING", "  1   h:10  fenced   UNREACHABLE",
+    ]  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------- perf

@@ -41,8 +41,12 @@ def test_port_plan_from_the_base_port(tmp_path: Path) -> None:
     assert plan.log_path(plan.brokers[1]) == tmp_path / "logs" / "broker-1.log"
     assert [b.kafka_listen for b in plan.brokers] == ["127.0.0.1:9392", "127.0.0.1:9393"]
     assert plan.kafka_bootstrap_servers == "127.0.0.1:9392,127.0.0.1:9393"
+    assert [b.metrics for b in plan.brokers] == ["127.0.0.1:9592", "127.0.0.1:9593"]
+    assert [c.metrics for c in plan.controllers] == ["127.0.0.1:9692", "127.0.0.1:9693", "127.0.0.1:9694"]
     ports = [port for port, _ in plan.ports()]
-    assert len(ports) == len(set(ports)) == 3 + 3 + 2 + 2  # controllers, raft, brokers' gRPC and Kafka listeners
+    # controllers, raft, brokers' gRPC and Kafka listeners, every node's metrics
+    assert len(ports) == len(set(ports)) == 3 + 3 + 2 + 2 + 5
+    assert len(plan.ports(metrics=False)) == 3 + 3 + 2 + 2
 
 
 @pytest.mark.parametrize(
@@ -64,12 +68,23 @@ def test_cluster_json_has_exactly_the_interface_shape(tmp_path: Path) -> None:
     assert doc["bootstrap_servers"] == "127.0.0.1:30000,127.0.0.1:30001"
     assert doc["kafka_bootstrap_servers"] == "127.0.0.1:30300,127.0.0.1:30301"
     controller = {"node_id": 0, "pid": 11, "listen": "127.0.0.1:30100", "raft_listen": "127.0.0.1:30200",
-                  "data_dir": str(tmp_path / "controller-0")}  # fmt: skip
+                  "data_dir": str(tmp_path / "controller-0"), "metrics": "127.0.0.1:30600"}  # fmt: skip
     assert doc["controllers"] == [controller]
-    assert [set(b) for b in doc["brokers"]] == [{"node_id", "pid", "listen", "kafka_listen", "data_dir"}] * 2
+    assert [set(b) for b in doc["brokers"]] == [{"node_id", "pid", "listen", "kafka_listen", "data_dir", "metrics"}] * 2
     assert [b["kafka_listen"] for b in doc["brokers"]] == ["127.0.0.1:30300", "127.0.0.1:30301"]
     assert [b["pid"] for b in doc["brokers"]] == [12, 13]
+    assert [b["metrics"] for b in doc["brokers"]] == ["127.0.0.1:30500", "127.0.0.1:30501"]
     assert not list(tmp_path.glob(".cluster.json*")), "the temporary file is renamed into place"
+    without = json.loads(write_cluster_json(plan, {}, metrics=False).read_text())
+    assert [n["metrics"] for n in without["controllers"] + without["brokers"]] == [None] * 3
+
+
+def test_a_cluster_json_without_metrics_gets_the_planned_addresses(tmp_path: Path) -> None:
+    plan = plan_cluster(str(tmp_path), 1, 1, 31000)
+    doc = json.loads(write_cluster_json(plan, {}).read_text())
+    for node in doc["controllers"] + doc["brokers"]:
+        del node["metrics"]  # as an older cluster.json
+    assert plan_from_document(str(tmp_path), doc) == plan
 
 
 def test_a_restart_takes_the_layout_from_cluster_json(tmp_path: Path) -> None:
@@ -117,14 +132,16 @@ def test_children_get_the_interface_flags(tmp_path: Path) -> None:
         "--quorum": "0@127.0.0.1:30200,1@127.0.0.1:30201,2@127.0.0.1:30202",
         "--controller-addresses": "0@127.0.0.1:30100,1@127.0.0.1:30101,2@127.0.0.1:30102",
         "--cluster-secret-file": str(secret), "--data-dir": str(tmp_path / "controller-1"), "--config": "a=b",
+        "--metrics-listen": "127.0.0.1:30601",
     }  # fmt: skip
     broker = child_argv(plan, plan.brokers[0], secret, [])
     assert broker[3] == "broker"
     assert dict(zip(broker[4::2], broker[5::2], strict=True)) == {
         "--node-id": "0", "--listen": "PLAINTEXT://127.0.0.1:30000,KAFKA://127.0.0.1:30300",
         "--data-dir": str(tmp_path / "broker-0"),
-        "--controllers": "127.0.0.1:30100,127.0.0.1:30101,127.0.0.1:30102",
+        "--controllers": "127.0.0.1:30100,127.0.0.1:30101,127.0.0.1:30102", "--metrics-listen": "127.0.0.1:30500",
     }  # fmt: skip
+    assert "--metrics-listen" not in child_argv(plan, plan.brokers[0], secret, [], metrics=False)
 
 
 def test_the_secret_is_private_and_kept(tmp_path: Path) -> None:

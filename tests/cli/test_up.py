@@ -62,8 +62,10 @@ def test_up_topics_produce_consume_stop_and_restart(start_up: Start, env: dict[s
 
     # no --bootstrap-servers: the commands find the cluster up recorded last
     cluster = ok(["cluster"], env)
-    assert f"  0   127.0.0.1:{base + 100}  active" in cluster
-    assert f"  0   127.0.0.1:{base}  alive" in cluster
+    assert f"  0   127.0.0.1:{base + 100}  active   SERVING" in cluster
+    assert f"  0   127.0.0.1:{base}  alive    SERVING" in cluster
+    assert doc["brokers"][0]["metrics"] == f"127.0.0.1:{base + 500}"
+    assert doc["controllers"][0]["metrics"] == f"127.0.0.1:{base + 600}"
 
     ok(["topics", "create", "lines", "--partitions", "1", "--replication-factor", "1"], env)
     ok(["topics", "create", "other", "--partitions", "3", "--replication-factor", "1", "--config",
@@ -173,9 +175,9 @@ def test_three_controllers_three_brokers(start_up: Start, env: dict[str, str]) -
     assert [c["node_id"] for c in doc["controllers"]] == [0, 1, 2]
     assert [b["node_id"] for b in doc["brokers"]] == [0, 1, 2]
     cluster = ok(["cluster"], env).splitlines()
-    assert sum(line.endswith("active") for line in cluster) == 1
-    assert sum(line.endswith("standby") for line in cluster) == 2
-    assert sum(line.endswith("alive") for line in cluster) == 3
+    assert sum(line.endswith("active   SERVING") for line in cluster) == 1
+    assert sum(line.endswith("standby  SERVING") for line in cluster) == 2
+    assert sum(line.endswith("alive    SERVING") for line in cluster) == 3
     ok(["topics", "create", "r3", "--partitions", "3", "--replication-factor", "3", "--config",
         "min.insync.replicas=2"], env)  # fmt: skip
     described = ok(["topics", "describe", "r3"], env).splitlines()

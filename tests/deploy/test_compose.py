@@ -1,6 +1,7 @@
 """The compose cluster for real: clients on the host and in the compose network, a partition leader killed
-with ``docker kill`` under acks=all load (no acknowledged record lost), and the compose chaos backend's
-faults (pause, network isolation), each checked by what the cluster then reports.
+with ``docker kill`` under acks=all load (no acknowledged record lost), the compose chaos backend's
+faults (pause, network isolation), each checked by what the cluster then reports, and the observability
+services: Prometheus scraping every node, the console answering.
 
 One cluster (``compose_cluster``, module scope) serves every test, in file order; each test leaves every
 node running and connected.
@@ -9,10 +10,13 @@ node running and connected.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -261,3 +265,48 @@ def test_compose_backend_pause_and_isolate(compose_cluster: ComposeBackend) -> N
     wait_for(lambda: broker_alive(cluster, 1), WAIT_S, "broker 1 to be unfenced after heal")
     cluster.wait_healthy(WAIT_S)
     assert all(n.state is NodeState.RUNNING for n in cluster.nodes())
+
+
+def prometheus_query(cluster: ComposeBackend, query: str) -> list[dict[str, Any]]:
+    url = f"{cluster.prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 (our own Prometheus on loopback)
+        doc = json.loads(answer.read())
+    assert doc["status"] == "success", doc
+    result: list[dict[str, Any]] = doc["data"]["result"]
+    return result
+
+
+def http_get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as answer:  # noqa: S310 (the compose console on loopback)
+        assert answer.status == 200
+        return str(answer.read().decode())
+
+
+def test_prometheus_scrapes_every_node_and_the_console_answers(compose_cluster: ComposeBackend) -> None:
+    def every_target_up() -> bool:
+        up = prometheus_query(compose_cluster, 'up{job=~"odradek-.*"} == 1')
+        return len(up) == 6
+
+    wait_for(lambda: _quietly(every_target_up), WAIT_S, "Prometheus to scrape all 6 nodes")
+    nodes = {r["metric"]["node"] for r in prometheus_query(compose_cluster, 'up{job=~"odradek-.*"}')}
+    assert nodes == {f"{role}-{i}" for role in ("controller", "broker") for i in range(3)}
+    active = prometheus_query(compose_cluster, "sum(kafka_controller_kafkacontroller_activecontrollercount)")
+    assert float(active[0]["value"][1]) == 1
+    assert prometheus_query(compose_cluster, "count(kafka_server_kafkaserver_brokerstate == 3)")[0]["value"][1] == "3"
+    with urllib.request.urlopen(f"{compose_cluster.prometheus_url}/api/v1/rules", timeout=10) as answer:  # noqa: S310
+        groups = json.loads(answer.read())["data"]["groups"]
+    assert "OdradekUnderReplicatedPartitions" in {rule["name"] for g in groups for rule in g["rules"]}
+
+    overview = wait_for(lambda: _quietly(lambda: http_get(compose_cluster.console_url + "/")), WAIT_S,
+                        "the console to answer")  # fmt: skip
+    assert "brokers alive" in overview
+    assert overview.count("SERVING") == 6
+    assert "Create topic" in http_get(compose_cluster.console_url + "/topics")
+
+
+def _quietly(probe: Callable[[], T]) -> T | None:
+    """``probe()``, or None while the service is not up yet (connection refused, reset, 5xx)."""
+    try:
+        return probe()
+    except (OSError, ValueError):
+        return None
