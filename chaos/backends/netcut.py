@@ -36,6 +36,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from chaos.backends import BackendError
+from odradek.launcher.children import pid_alive
 
 COMMENT_PREFIX = "odradek-chaos:"
 CGROUP_PREFIX = "odradek-chaos-"
@@ -79,21 +80,11 @@ def purge_stale_rules() -> int:
             continue
         run = line.split(COMMENT_PREFIX, 1)[1].split()[0].strip('"')
         owner = run.split("-", 1)[0]
-        if owner.isdigit() and _pid_alive(int(owner)):
+        if owner.isdigit() and pid_alive(int(owner)):
             continue
         if _iptables("-D", *line.split()[1:]).returncode == 0:
             removed += 1
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class NetworkCutter:
