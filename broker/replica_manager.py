@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from broker.config import BrokerConfig, effective_log_config
 from broker.delayed_produce import DelayedProduce, ProduceStatus
@@ -190,12 +191,13 @@ class ReplicaManager:
         self._partitions = partitions
         logger.info("broker %d: opened %d partition logs", self.broker_id, len(partitions))
 
-    def _producer_options(self) -> dict[str, int]:
-        """The idempotent-producer settings every Partition gets (``producer.id.expiration*``)."""
+    def _producer_options(self) -> dict[str, Any]:
+        """The settings every Partition gets (``producer.id.expiration*``, ``eligible.leader.replicas.enable``)."""
         get = self.config.get
         return {
             "producer_id_expiration_ms": int(get("producer.id.expiration.ms")),
             "producer_id_expiration_check_interval_ms": int(get("producer.id.expiration.check.interval.ms")),
+            "eligible_leader_replicas": bool(get("eligible.leader.replicas.enable")),
         }
 
     def shutdown(self) -> None:
