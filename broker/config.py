@@ -20,6 +20,8 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
     replica.fetch.min.bytes                        1
     replica.lag.time.max.ms                        30000        a follower slower than this leaves the ISR
     replica.high.watermark.checkpoint.interval.ms  5000         how often high watermarks are checkpointed
+    eligible.leader.replicas.enable                true         KIP-966 (the controllers' key too): the high
+                                                                watermark stops below min.insync.replicas
     auto.create.topics.enable                      false        NOT Kafka's default (true): a Metadata request
                                                                 for an unknown topic creates it only if set
     socket.request.max.bytes                       104857600    the largest request the broker accepts
@@ -38,7 +40,7 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
                                                                 interval (sys.setswitchinterval; Python's 5 ms
                                                                 lets a busy thread delay a woken request that long)
     offsets.topic.num.partitions                   50           __consumer_offsets partitions (at creation)
-    offsets.topic.replication.factor               3            capped at the live brokers at creation
+    offsets.topic.replication.factor               3            not created with fewer live brokers
     offsets.retention.ms                           604800000    committed offsets of an empty group expire
     offsets.retention.check.interval.ms            600000       how often expired offsets and empty groups go
     offsets.commit.timeout.ms                      5000         a coordinator write waits this long for the ISR
@@ -123,6 +125,7 @@ _BROKER_ONLY = [
     _key("replica.fetch.min.bytes", _INT, "1", 1),
     _key("replica.lag.time.max.ms", _LONG, "30000", 1),
     _key("replica.high.watermark.checkpoint.interval.ms", _LONG, "5000", 1),
+    _key("eligible.leader.replicas.enable", _BOOL, "true"),
     _key("auto.create.topics.enable", _BOOL, "false"),
     _key("socket.request.max.bytes", _INT, "104857600", 1),
     _key("queued.max.requests", _INT, "500", 1),

@@ -6,7 +6,10 @@ Two kinds of calls (proto/controller.proto):
   BrokerHeartbeat, CreateTopics, ...). A NOT_CONTROLLER answer names the active one in its
   ``ControllerHint``: the channel follows the hint (and remembers it), else tries the next address.
 * ``call(..., active=False)``: reads that every controller serves (FetchMetadata, DescribeQuorum); the
-  channel sticks to the controller that answered last and moves on when it fails.
+  channel asks the active controller when it knows it (as KRaft brokers fetch from the quorum leader), else
+  the controller that answered last, and moves on when it fails. When an active call learns of another
+  active controller, reads in flight elsewhere (a metadata long poll to a controller a network partition
+  cut off would hang until its deadline) are cancelled and asked again of the new one.
 
 Unreachable controllers (gRPC errors) and hint-less NOT_CONTROLLER answers are retried with exponential
 backoff (50 ms doubling to 1 s) until the call's deadline; then :class:`ControllerUnavailableError`.
@@ -62,6 +65,7 @@ class ControllerChannel:
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, Any] = {}
         self._inflight: set[grpc.Future] = set()
+        self._reads: dict[grpc.Future, str] = {}  # reads in flight and the address each went to
         self._closed = False
         self.active: str | None = None  # the active controller, as last learned
         self._reader: str | None = None  # the controller that served the last read
@@ -94,7 +98,7 @@ class ControllerChannel:
         """Send ``request`` to the ``method`` of a controller; see the module docstring."""
         deadline = time.monotonic() + timeout_s
         backoff = _BACKOFF_START_S
-        address = (self.active if active else self._reader) or self._next_address()
+        address = (self.active if active else self.active or self._reader) or self._next_address()
         last_problem = "no controller tried"
         hops = 0
         while True:
@@ -103,10 +107,10 @@ class ControllerChannel:
                 raise ControllerUnavailableError(
                     f"{method}: no controller answered in {timeout_s:.1f} s ({last_problem})"
                 )
-            response, problem, hint = self._try(address, method, request, remaining)
+            response, problem, hint = self._try(address, method, request, remaining, read=not active)
             if response is not None:
                 if active:
-                    self.active = address
+                    self._learn_active(address)
                 else:
                     self._reader = address
                 return response
@@ -115,26 +119,42 @@ class ControllerChannel:
             if hint:
                 if hint not in self._addresses:
                     self._addresses.append(hint)
-                address = self.active = hint
+                self._learn_active(hint)
+                address = hint
             else:
                 if active and self.active == address:
                     self.active = None
-                address = self._next_address()
+                known = self.active
+                address = known if not active and known is not None and known != address else self._next_address()
             if not hint or hops > len(self._addresses):  # follow a fresh hint at once; back off otherwise
                 time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
                 backoff = min(backoff * 2, _BACKOFF_MAX_S)
 
-    def _try(self, address: str, method: str, request: Any, timeout_s: float) -> tuple[Any, str, str]:
+    def _learn_active(self, address: str) -> None:
+        """``address`` is the active controller: reads in flight to another one are cancelled (asked again)."""
+        self.active = address
+        with self._lock:
+            stale = [f for f, target in self._reads.items() if target != address]
+        for future in stale:
+            future.cancel()
+
+    def _try(
+        self, address: str, method: str, request: Any, timeout_s: float, *, read: bool = False
+    ) -> tuple[Any, str, str]:
         """One attempt: ``(response, "", "")``, or ``(None, problem, hint address or "")``."""
         future = getattr(self._stub(address), method).future(request, timeout=timeout_s)
         with self._lock:
             if self._closed:
                 future.cancel()
             self._inflight.add(future)
+            if read:
+                self._reads[future] = address
         try:
             response = future.result()
         except grpc.FutureCancelledError:
-            raise ChannelClosedError() from None
+            if self._closed:
+                raise ChannelClosedError() from None
+            return None, f"{address}: asked again of the active controller", ""
         except grpc.RpcError as exc:
             if self._closed:
                 raise ChannelClosedError() from None
@@ -142,6 +162,7 @@ class ControllerChannel:
         finally:
             with self._lock:
                 self._inflight.discard(future)
+                self._reads.pop(future, None)
         if response.error.code == NOT_CONTROLLER:
             hint = response.controller.address if response.controller.node_id >= 0 else ""
             return None, f"{address}: NOT_CONTROLLER", hint if hint != address else ""

@@ -6,7 +6,14 @@ than ``replica.lag.time.max.ms``, expand with one that caught up); the request g
 and its answer is the truth (ISR6): accepted, the committed ISR and partition epoch become the controller's;
 refused as ineligible or invalid, the change is dropped; refused for a stale view or unanswered, it stays
 pending (the high watermark keeps counting the larger ISR) and is sent again until the metadata settles
-it. Delayed produces are then completed: a shrink may move the high watermark.
+it. Brokers the metadata shows fenced, in controlled shutdown or in another life are not proposed (ISR8).
+
+After every answer (accepted, refused or none) the partition's delayed operations are checked: a shrink
+moves the high watermark, and so does the end of a pending expansion (ISR4: while it was pending, the
+high watermark waited for the joining replica too). A refused expansion that was the only thing holding
+the high watermark back otherwise left an acks=all produce waiting for its timeout although its records
+were in every ISR member (the controlled-shutdown stall: the leader proposed the shutting-down broker,
+the controller refused it, and nothing woke the produce).
 
 Thread-safety: one thread of its own; partitions are looked up in the replica manager's published map.
 """
@@ -20,6 +27,7 @@ from collections.abc import Callable
 from broker.config import BrokerConfig
 from broker.controller_channel import ChannelClosedError, ControllerChannel
 from broker.errors import BrokerError
+from broker.metadata_cache import MetadataCache
 from broker.replica_manager import ReplicaManager
 from proto import controller_pb2 as cpb
 from replication.isr import AlterPartitionRequest
@@ -39,12 +47,13 @@ class IsrManager:
 
     def __init__(
         self, broker_id: int, replicas: ReplicaManager, channel: ControllerChannel, config: BrokerConfig,
-        broker_epoch: Callable[[], int],
+        broker_epoch: Callable[[], int], metadata: MetadataCache | None = None,
     ) -> None:  # fmt: skip
         self.broker_id = broker_id
         self._replicas = replicas
         self._channel = channel
         self._broker_epoch = broker_epoch
+        self._metadata = metadata  # None: no metadata (unit tests), every caught-up follower may join
         self.lag_max_ms = float(config.get("replica.lag.time.max.ms"))
         self.interval_s = min(ISR_CHECK_INTERVAL_MS, self.lag_max_ms / 2) / 1000.0
         self._stop = threading.Event()
@@ -73,12 +82,30 @@ class IsrManager:
     def run_once(self) -> int:
         """One pass over the led partitions; returns how many ISR changes were committed."""
         committed = 0
+        may_join = self._may_join_isr()
         for key, partition in self._replicas.partitions().items():
-            request = partition.isr_change(self.lag_max_ms)
-            if request is not None and self._send(partition, request):
-                committed += 1
-                self._replicas.complete_delayed(key)
+            request = partition.isr_change(self.lag_max_ms, may_join)
+            if request is None:
+                continue
+            try:
+                committed += self._send(partition, request)
+            finally:
+                self._replicas.complete_delayed(key)  # the high watermark may have moved (module docstring)
         return committed
+
+    def _may_join_isr(self) -> Callable[[int, int], bool] | None:
+        """ISR8, from the current metadata image."""
+        if self._metadata is None:
+            return None
+        image = self._metadata.image
+
+        def may_join(broker_id: int, broker_epoch: int) -> bool:
+            broker = image.broker(broker_id)
+            if broker is None or broker.fenced or broker.in_controlled_shutdown:
+                return False
+            return broker_epoch < 0 or broker.broker_epoch == broker_epoch
+
+        return may_join
 
     def _send(self, partition: Partition, request: AlterPartitionRequest) -> bool:
         before = set(partition.isr)  # read now: the metadata thread may apply the change before the answer comes

@@ -1,8 +1,9 @@
 """Registration and heartbeats: the broker's standing with the active controller (Kafka's
 ``BrokerLifecycleManager``), on one thread.
 
-1. Register with a fresh incarnation id (uuid4) and the advertised endpoints (one per listener; a bare
-   ``host:port`` is the ``PLAINTEXT`` listener's); the controller answers with
+1. Register with a fresh incarnation id (uuid4), the advertised endpoints (one per listener; a bare
+   ``host:port`` is the ``PLAINTEXT`` listener's) and, after a clean shutdown, the epoch it shut down with
+   (KIP-966, ``broker.clean_shutdown``); the controller answers with
    the broker epoch (the offset of the RegisterBroker record). Retried with backoff until it succeeds;
    NOT_CONTROLLER hints are followed by the :class:`~broker.controller_channel.ControllerChannel`.
 2. Heartbeat every ``broker.heartbeat.interval.ms`` with the offset of the last applied metadata record.
@@ -54,6 +55,7 @@ class BrokerLifecycle:
         rack: str = "",
         heartbeat_interval_ms: int = 500,
         on_unfenced: Callable[[int], None] | None = None,
+        previous_broker_epoch: int | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.incarnation_id = str(uuid.uuid4())
@@ -63,6 +65,7 @@ class BrokerLifecycle:
         self._rack = rack
         self._interval_s = heartbeat_interval_ms / 1000.0
         self._on_unfenced = on_unfenced
+        self.previous_broker_epoch = previous_broker_epoch  # KIP-966: None after an unclean shutdown
         self.broker_epoch = -1
         self.registered = threading.Event()
         self.unfenced = threading.Event()
@@ -143,6 +146,8 @@ class BrokerLifecycle:
             endpoints=self._endpoints,
             rack=self._rack,
         )
+        if self.previous_broker_epoch is not None:
+            request.previous_broker_epoch = self.previous_broker_epoch
         response = self._channel.call("RegisterBroker", request, REGISTER_TIMEOUT_S)
         if response.error.code:
             logger.warning("broker %d: RegisterBroker: %s %s", self.broker_id, response.error.code,

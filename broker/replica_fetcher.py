@@ -12,8 +12,13 @@ Each thread serves every partition this broker follows from one leader, in two p
 Errors: FENCED_LEADER_EPOCH waits for the metadata (the manager reassigns the partition with the new
 epoch); UNKNOWN_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER (the leader's metadata is behind ours) and other
 errors are retried after ``BACKOFF_S``; OFFSET_OUT_OF_RANGE below the leader's log start
-restarts the log there, otherwise truncates again; an unreachable leader is retried after
-``replica.fetch.backoff.ms``.
+restarts the log there, otherwise truncates again (TR rules; below the high watermark if the leader's log
+is shorter, ``Partition.truncate_as_follower``); an unreachable leader is retried after ``BACKOFF_S``.
+
+Failed partitions (Kafka's, KIP-461): an exception while truncating or appending one partition (a batch
+that fails validation, a storage error) marks that partition *failed*, logged with its cause: it is left
+out of this thread's requests until the metadata assigns it again (a new leader epoch), and every other
+partition of the response and of the thread goes on. Only an RPC error fails a whole round.
 
 Thread-safety: :meth:`ReplicaFetcherManager.update` and ``shutdown`` are the metadata thread's (or the
 stopping thread's); each :class:`ReplicaFetcherThread` owns its partition states under its own lock, which
@@ -56,6 +61,7 @@ class _State:
     truncating: bool = True
     asked_epoch: int | None = None  # None: ask about the log's latest epoch
     waiting: bool = False  # an epoch error: wait until the metadata reassigns the partition
+    failed: bool = False  # an exception on this partition: left out until the metadata reassigns it
 
 
 class ReplicaFetcherThread:
@@ -89,7 +95,8 @@ class ReplicaFetcherThread:
         self._stop.set()
         self._wake.set()
         self._channel.close()
-        self._thread.join(timeout=5.0)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout=5.0)
 
     def assign(self, partitions: Mapping[TopicPartition, int]) -> None:
         """Follow exactly ``partitions`` (key -> leader epoch) from this source; a new epoch truncates again."""
@@ -106,14 +113,25 @@ class ReplicaFetcherThread:
         with self._lock:
             return set(self._states)
 
+    @property
+    def failed_partitions(self) -> set[TopicPartition]:
+        """The partitions marked failed (see the module docstring)."""
+        with self._lock:
+            return {key for key, state in self._states.items() if state.failed}
+
     # ---------------------------------------------------------------------------------------- loop
+
+    def run_once(self) -> bool:
+        """One round: truncate what must be, then one Fetch; True when it did work without errors. Raises
+        the RPC's error when the leader did not answer."""
+        self._errors = 0
+        worked = self._truncate_round() | self._fetch_round()
+        return worked and not self._errors
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._errors = 0
             try:
-                worked = self._truncate_round() | self._fetch_round()
-                worked = worked and not self._errors
+                worked = self.run_once()
             except grpc.RpcError as e:
                 if self._stop.is_set():
                     return
@@ -131,7 +149,7 @@ class ReplicaFetcherThread:
         with self._lock:
             for key, state in self._states.items():
                 partition = self._replicas.partition(*key)
-                if partition is None or state.truncating != truncating or state.waiting:
+                if partition is None or state.truncating != truncating or state.waiting or state.failed:
                     continue
                 if partition.role is Role.FOLLOWER and partition.leader_epoch == state.leader_epoch:
                     out.append((key, _State(state.leader_epoch, state.truncating, state.asked_epoch), partition))
@@ -162,8 +180,13 @@ class ReplicaFetcherThread:
             if answer is None or answer.error.code:
                 self._on_error(key, state, answer.error.code if answer else "")
                 continue
-            decision = partition.decide_truncation(asked[key], EpochEndOffset(answer.leader_epoch, answer.end_offset))
-            partition.truncate_as_follower(decision.truncate_to, state.leader_epoch)
+            try:
+                leader_answer = EpochEndOffset(answer.leader_epoch, answer.end_offset)
+                decision = partition.decide_truncation(asked[key], leader_answer)
+                partition.truncate_as_follower(decision.truncate_to, state.leader_epoch)
+            except Exception as exc:
+                self._mark_failed(key, state, "truncating", exc)
+                continue
             self._update(key, state.leader_epoch, truncating=not decision.done, asked_epoch=decision.ask_epoch)
         return True
 
@@ -191,9 +214,14 @@ class ReplicaFetcherThread:
         by_key = {key: (state, partition) for key, state, partition in work}
         for topic in response.topics:
             for answer in topic.partitions:
-                found = by_key.get((topic.name, answer.partition))
-                if found is not None:
-                    self._on_fetched((topic.name, answer.partition), *found, answer)
+                key = (topic.name, answer.partition)
+                found = by_key.get(key)
+                if found is None:
+                    continue
+                try:
+                    self._on_fetched(key, *found, answer)
+                except Exception as exc:
+                    self._mark_failed(key, found[0], "appending", exc)
         return True
 
     def _on_fetched(self, key: TopicPartition, state: _State, partition: Partition, answer: Any) -> None:
@@ -208,6 +236,11 @@ class ReplicaFetcherThread:
             self._on_error(key, state, code)
             return
         partition.append_as_follower(answer.records, answer.high_watermark, state.leader_epoch)
+
+    def _mark_failed(self, key: TopicPartition, state: _State, doing: str, exc: Exception) -> None:
+        logger.error("fetcher %d <- %d: %s-%d failed while %s (left out until its leader changes): %r",
+                     self.broker_id, self.source_id, key[0], key[1], doing, exc)  # fmt: skip
+        self._update(key, state.leader_epoch, failed=True)
 
     def _on_error(self, key: TopicPartition, state: _State, code: str) -> None:
         self._errors += 1

@@ -170,14 +170,15 @@ class ReplicaManager:
         logger.info("broker %d: opened %d partition logs", self.broker_id, len(partitions))
 
     def _producer_options(self) -> dict[str, Any]:
-        """The idempotent-producer settings every Partition gets (``producer.id.*``), and the broker's shared
-        bound on batches held for their turn (S8)."""
+        """The settings every Partition gets (``producer.id.*``, ``eligible.leader.replicas.enable``), and the
+        broker's shared bound on batches held for their turn (S8)."""
         get = self.config.get
         return {
             "producer_id_expiration_ms": int(get("producer.id.expiration.ms")),
             "producer_id_expiration_check_interval_ms": int(get("producer.id.expiration.check.interval.ms")),
             "producer_id_max": int(get("producer.id.max.per.partition")),
             "held_batch_slots": self._held_batch_slots,
+            "eligible_leader_replicas": bool(get("eligible.leader.replicas.enable")),
         }
 
     def shutdown(self) -> None:

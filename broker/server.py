@@ -29,7 +29,8 @@ thread and maintenance. The broker is *ready* once the controller unfenced it (i
 Stop (SIGTERM / SIGINT), in order: controlled shutdown (heartbeats with ``want_shut_down`` until the
 controller moved this broker's leaderships away, bounded by ``controlled.shutdown.timeout.ms``); stop
 accepting requests; answer every waiting request; stop the threads; checkpoint high watermarks; flush and
-close every log (each writes its clean-shutdown marker).
+close every log (each writes its clean-shutdown marker); write the broker's clean-shutdown epoch
+(``broker.clean_shutdown``, read and removed at the next start and named in its registration, KIP-966).
 
 Launchers: run brokers with ``MALLOC_MMAP_THRESHOLD_=67108864`` in the environment. glibc then serves the
 large request and response buffers from its heap instead of fresh mmaps (a page fault per page each
@@ -45,6 +46,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from broker import clean_shutdown
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.controller_channel import ControllerChannel
@@ -160,7 +162,9 @@ class BrokerServer:
         self.fetchers = ReplicaFetcherManager(
             options.node_id, self.replicas, config, lambda: self.lifecycle.broker_epoch
         )
-        self.isr = IsrManager(options.node_id, self.replicas, self.channel, config, lambda: self.lifecycle.broker_epoch)
+        self.isr = IsrManager(
+            options.node_id, self.replicas, self.channel, config, lambda: self.lifecycle.broker_epoch, self.metadata
+        )
         self.ctx.producer_ids = ProducerIdManager(
             controller_allocator(self.channel.call, options.node_id, lambda: self.lifecycle.broker_epoch, 10.0)
         )
@@ -182,6 +186,7 @@ class BrokerServer:
 
         self.health = HealthReporter(SERVICE_NAME, self._healthy)
         self.replicas.startup()
+        self.lifecycle.previous_broker_epoch = clean_shutdown.take_previous_epoch(self.options.data_dir)
         try:
             for listener in self.options.all_listeners():
                 if is_kafka_listener(listener.name):
@@ -270,4 +275,5 @@ class BrokerServer:
         self.replicas.shutdown()  # checkpoints high watermarks, flushes and closes every log
         if self.metrics is not None:
             self.metrics.stop()
+        clean_shutdown.record(self.options.data_dir, self.lifecycle.broker_epoch)  # KIP-966: a clean shutdown
         logger.info("broker %d stopped", self.node_id)

@@ -9,8 +9,15 @@ Fault kinds (``--faults``):
 ``kill-two``         kill -9 two brokers at once (with RF=3 and min.insync.replicas=2, writes must stall), hold
                      as long as ``pause`` (past the session timeout, so that the controller fences them and
                      the ISRs shrink to the survivor: writes then fail with NOT_ENOUGH_REPLICAS), start both
-``isolate``          cut the leader of a partition off from the other nodes, hold, heal (backends with
-                     ``Capability.ISOLATE`` only; elsewhere each such episode is recorded as skipped)
+``isolate``          cut the leader of a partition off from the other nodes, both ways, hold, heal (backends
+                     with ``Capability.ISOLATE`` only; elsewhere each such episode is recorded as skipped)
+``isolate-one-way``  the leader of a partition can send nothing to the other nodes (connections they open to it
+                     still work), hold, heal (``Capability.PARTITION``, as the kinds below)
+``partition-controllers``  every broker cut off from every controller, both ways, hold, heal
+``partition-leader-minority``  the leader of a partition and the active controller on one side, every other
+                     node on the other, both ways (the majority elects a new leader and controller), hold, heal
+``partition-leader-majority``  a follower of a partition and a controller that is not the active one on one
+                     side, every other node (the leader among them) on the other, both ways, hold, heal
 
 :func:`plan_schedule` turns ``random.Random(seed)`` into episodes: the kinds in shuffled rounds (every kind
 once per round, so a short run still sees each kind), a quiet time before each, a hold time, and the
@@ -33,7 +40,8 @@ from chaos.history import FAILED, OK, History, Op
 from odradek import Admin
 from odradek.errors import OdradekError
 
-FAULT_KINDS = ("kill-leader", "kill-follower", "kill-controller", "pause", "kill-two", "isolate")
+PARTITION_KINDS = ("isolate-one-way", "partition-controllers", "partition-leader-minority", "partition-leader-majority")
+FAULT_KINDS = ("kill-leader", "kill-follower", "kill-controller", "pause", "kill-two", "isolate", *PARTITION_KINDS)
 NEMESIS = "nemesis"
 
 
@@ -72,6 +80,7 @@ def plan_schedule(rng: random.Random, kinds: Iterable[str], duration_s: float, t
         kind = round_.pop()
         quiet = rng.uniform(*timing.quiet_s)
         long_hold = kind in ("pause", "kill-two")  # past the session timeout: fenced, and the ISRs shrink
+        # (the partition kinds hold like kills: longer than the session timeout already)
         hold = timing.pause_s + rng.uniform(0.0, 2.0) if long_hold else rng.uniform(*timing.hold_s)
         if elapsed + quiet + hold > duration_s:
             return episodes
@@ -131,6 +140,8 @@ class Nemesis:
 
     def _inject(self, episode: Episode) -> tuple[list[str], str]:
         kind = episode.kind
+        if kind in PARTITION_KINDS:
+            return self._partition_fault(episode)
         if kind == "isolate":
             if Capability.ISOLATE not in self.backend.capabilities:
                 raise _Skip(f"the {type(self.backend).__name__} cannot isolate nodes; isolate NOT tested")
@@ -162,7 +173,35 @@ class Nemesis:
                 done.append(node)
         return done
 
+    def _partition_fault(self, episode: Episode) -> tuple[list[str], str]:
+        """The partition kinds (module docstring): one ``partition`` action named ``side|others``."""
+        if Capability.PARTITION not in self.backend.capabilities:
+            raise _Skip(f"the {type(self.backend).__name__} cannot cut links between nodes; {episode.kind} NOT tested")
+        nodes = [n.name for n in self.backend.nodes() if n.state is NodeState.RUNNING]
+        controllers = [n for n in nodes if n.startswith("controller-")]
+        both_ways = episode.kind != "isolate-one-way"
+        if episode.kind == "isolate-one-way":
+            side = [f"broker-{self._leader(episode)}"]
+        elif episode.kind == "partition-controllers":
+            side = [n for n in nodes if n.startswith("broker-")]
+        elif episode.kind == "partition-leader-minority":
+            side = [f"broker-{self._leader(episode)}", f"controller-{self._active_controller()}"]
+        else:  # partition-leader-majority
+            active = f"controller-{self._active_controller()}"
+            passive = [c for c in controllers if c != active]
+            if not passive:
+                raise _Skip("no controller besides the active one")
+            side = [f"broker-{self._follower(episode)}", passive[int(episode.pick2 * len(passive)) % len(passive)]]
+        others = [n for n in nodes if n not in side]
+        description = f"{','.join(side)}|{','.join(others)}" + ("" if both_ways else " (one-way)")
+        do = partial(self.backend.partition, list(side), others, both_ways=both_ways)
+        return (([description], "heal-network") if self._record(episode, "partition", description, do)
+                else ([], "heal-network"))  # fmt: skip
+
     def _undo(self, action: str, node: str) -> None:
+        if action == "heal-network":
+            self.backend.heal_network()
+            return
         {"start": self.backend.start_node, "resume": self.backend.resume, "heal": self.backend.heal}[action](node)
 
     def _record(self, episode: Episode, action: str, node: str | None, do: Callable[[], None],
@@ -222,6 +261,8 @@ class Nemesis:
     def heal_all(self, episode_index: int) -> None:
         """Bring every node back: resume the paused, start the killed (the end of the run)."""
         episode = Episode(episode_index, "heal-all", 0.0, 0.0, 0.0, 0.0)
+        if Capability.PARTITION in self.backend.capabilities:
+            self._record(episode, "heal-network", None, self.backend.heal_network)
         for node in self.backend.nodes():
             if node.state is NodeState.PAUSED:
                 self._record(episode, "resume", node.name, partial(self.backend.resume, node.name))

@@ -15,7 +15,7 @@ from typing import Any
 from chaos.checker import Anomaly, Index, down_windows
 from chaos.history import FAILED, OK, Op
 
-UNDO_ACTIONS = ("start", "resume", "heal")
+UNDO_ACTIONS = ("start", "resume", "heal", "heal-network")
 
 
 def _longest_gap(times: Sequence[float], start: float, end: float) -> float:
@@ -51,7 +51,7 @@ def episodes(ops: Sequence[Op]) -> list[dict[str, Any]]:
     for position, (start, index) in enumerate(starts):
         actions = sorted(by_episode[index], key=lambda op: op.t0)
         stop = starts[position + 1][0] if position + 1 < len(starts) else end
-        injected = [op for op in actions if op.action in ("kill", "pause", "isolate") and op.outcome == OK]
+        injected = [op for op in actions if op.action in ("kill", "pause", "isolate", "partition") and op.outcome == OK]
         undone = [op for op in actions if op.action in UNDO_ACTIONS]
         recovered = next((op for op in actions if op.action == "recovered"), None)
         worst_partition, worst_gap = -1, 0.0

@@ -33,13 +33,15 @@ from chaos.faults import Episode, Nemesis, Timing, plan_schedule
 from chaos.history import History, Op
 from chaos.report import render, summarize
 from chaos.workload import Workload, WorkloadConfig, group_support
+from controller.configs import ControllerConfig
 from odradek import Admin, NewTopic, TopicPartition
 from odradek.errors import OdradekError
 
-# The cluster a run starts: quick failure detection, so that a short run sees faults and recoveries.
-CHAOS_BROKER_CONFIG = {"broker.heartbeat.interval.ms": "500", "replica.lag.time.max.ms": "10000"}
-CHAOS_CONTROLLER_CONFIG = {"broker.session.timeout.ms": "6000", "broker.heartbeat.interval.ms": "500"}
-SESSION_TIMEOUT_S = 6.0
+# The cluster a run starts has the default settings (broker.session.timeout.ms 2000, heartbeats every 500 ms):
+# the unavailability the report gives is what a user of a default cluster would see.
+CHAOS_BROKER_CONFIG: dict[str, str] = {}
+CHAOS_CONTROLLER_CONFIG: dict[str, str] = {}
+SESSION_TIMEOUT_S = ControllerConfig().broker_session_timeout_ms / 1000
 
 
 @dataclass(frozen=True, slots=True)

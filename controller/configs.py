@@ -247,6 +247,10 @@ CONTROLLER_CONFIGS = ConfigSchema(
     _CLUSTER_KEYS
     + [
         _key("unclean.leader.election.enable", BOOLEAN, "false"),
+        # KIP-966's eligible leader replicas (Kafka 4's default for new clusters; Kafka gates it by a feature
+        # version, this implementation by this key, which brokers have too: it also stops their high watermark
+        # below min.insync.replicas).
+        _key("eligible.leader.replicas.enable", BOOLEAN, "true"),
         # Not Kafka's defaults (9000 / 2000): a broker killed without a word is fenced, and its leaderships move,
         # within about 2 s (the replication target: a new leader within 3 s with the default settings).
         _key("broker.session.timeout.ms", INT, "2000", 1),
@@ -277,6 +281,7 @@ class ControllerConfig:
     auto_leader_rebalance_enable: bool = True
     max_broker_partitions: int = 4000
     unclean_leader_election_enable: bool = False
+    eligible_leader_replicas_enable: bool = True
     broker_session_timeout_ms: int = 2000
     broker_heartbeat_interval_ms: int = 500
     leader_imbalance_check_interval_seconds: float = 300.0
@@ -311,6 +316,7 @@ _CONTROLLER_ATTRIBUTES: dict[str, str] = {
     "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
     "max.broker.partitions": "max_broker_partitions",
     "unclean.leader.election.enable": "unclean_leader_election_enable",
+    "eligible.leader.replicas.enable": "eligible_leader_replicas_enable",
     "broker.session.timeout.ms": "broker_session_timeout_ms",
     "broker.heartbeat.interval.ms": "broker_heartbeat_interval_ms",
     "leader.imbalance.check.interval.seconds": "leader_imbalance_check_interval_seconds",

@@ -200,12 +200,16 @@ class Partition:
     leader: int
     leader_epoch: int = 0
     partition_epoch: int = 0
+    elr: tuple[int, ...] = ()  # KIP-966 eligible leader replicas: out of the ISR, still holding the HW
+    last_known_elr: tuple[int, ...] = ()  # KIP-966: left the ELR by an unclean shutdown
 
     def __post_init__(self) -> None:
         check_uuid(self, "topic_id", allow_nil=False)
         check_int(self, "partition", 0, INT32_MAX)
         coerce_ids(self, "replicas", nonempty=True)
         coerce_ids(self, "isr")
+        coerce_ids(self, "elr")
+        coerce_ids(self, "last_known_elr")
         check_int(self, "leader", NO_LEADER, INT32_MAX)
         check_int(self, "leader_epoch", 0, INT32_MAX)
         check_int(self, "partition_epoch", 0, INT32_MAX)
@@ -213,6 +217,8 @@ class Partition:
             fail(self, f"isr {list(self.isr)} is not a subset of replicas {list(self.replicas)}")
         if self.leader != NO_LEADER and self.leader not in self.isr:
             fail(self, f"leader {self.leader} is not in the isr {list(self.isr)}")
+        if not set(self.elr) <= set(self.replicas) or set(self.elr) & set(self.isr):
+            fail(self, f"elr {list(self.elr)} must be replicas {list(self.replicas)} outside the isr {list(self.isr)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +235,8 @@ class PartitionChange:
     isr: tuple[int, ...] | None = None
     leader: int | None = None
     replicas: tuple[int, ...] | None = None
+    elr: tuple[int, ...] | None = None  # KIP-966
+    last_known_elr: tuple[int, ...] | None = None  # KIP-966
 
     def __post_init__(self) -> None:
         check_uuid(self, "topic_id", allow_nil=False)
@@ -237,8 +245,11 @@ class PartitionChange:
         if self.leader is not None:
             check_int(self, "leader", NO_LEADER, INT32_MAX)
         coerce_ids(self, "replicas", optional=True, nonempty=True)
-        if self.isr is None and self.leader is None and self.replicas is None:
-            fail(self, "changes nothing: set isr, leader or replicas")
+        coerce_ids(self, "elr", optional=True)
+        coerce_ids(self, "last_known_elr", optional=True)
+        fields = (self.isr, self.leader, self.replicas, self.elr, self.last_known_elr)
+        if all(f is None for f in fields):
+            fail(self, "changes nothing: set isr, leader, replicas, elr or last_known_elr")
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,6 +438,12 @@ def _partition_change_to_pb(r: PartitionChange) -> pb.PartitionChangeRecord:
     if r.replicas is not None:
         msg.replicas.SetInParent()
         msg.replicas.ids.extend(r.replicas)
+    if r.elr is not None:
+        msg.eligible_leader_replicas.SetInParent()
+        msg.eligible_leader_replicas.ids.extend(r.elr)
+    if r.last_known_elr is not None:
+        msg.last_known_elr.SetInParent()
+        msg.last_known_elr.ids.extend(r.last_known_elr)
     return msg
 
 
@@ -437,6 +454,8 @@ def _partition_change_from_pb(m: pb.PartitionChangeRecord) -> PartitionChange:
         isr=tuple(m.isr.ids) if m.HasField("isr") else None,
         leader=m.leader if m.HasField("leader") else None,
         replicas=tuple(m.replicas.ids) if m.HasField("replicas") else None,
+        elr=tuple(m.eligible_leader_replicas.ids) if m.HasField("eligible_leader_replicas") else None,
+        last_known_elr=tuple(m.last_known_elr.ids) if m.HasField("last_known_elr") else None,
     )
 
 
@@ -497,6 +516,8 @@ _CODECS: dict[type[Any], _Codec] = {
             leader=r.leader,
             leader_epoch=r.leader_epoch,
             partition_epoch=r.partition_epoch,
+            eligible_leader_replicas=r.elr,
+            last_known_elr=r.last_known_elr,
         ),
         lambda m: Partition(
             _uuid_str(m.topic_id),
@@ -506,6 +527,8 @@ _CODECS: dict[type[Any], _Codec] = {
             m.leader,
             m.leader_epoch,
             m.partition_epoch,
+            tuple(m.eligible_leader_replicas),
+            tuple(m.last_known_elr),
         ),
     ),
     PartitionChange: _Codec(pb.PartitionChangeRecord, _partition_change_to_pb, _partition_change_from_pb),

@@ -81,8 +81,9 @@ def snapshot_records(image: MetadataImage) -> Iterator[MetadataRecord]:
         for p in sorted(topic.partitions):
             reg = topic.partitions[p]
             yield Partition(
-                topic.topic_id, p, reg.replicas, reg.isr, reg.leader, reg.leader_epoch, reg.partition_epoch
-            )
+                topic.topic_id, p, reg.replicas, reg.isr, reg.leader, reg.leader_epoch, reg.partition_epoch,
+                reg.elr, reg.last_known_elr,
+            )  # fmt: skip
     for resource in sorted(image.configs):
         values = image.configs[resource]
         for key in sorted(values):

@@ -112,6 +112,7 @@ class ProducerBatch:
         "in_flight",
         "head_when_sent",
         "append_id",
+        "sent_to",
     )
 
     def __init__(self, tp: TopicPartition, compression: int, created_ms: float, reserved_bytes: int) -> None:
@@ -123,6 +124,7 @@ class ProducerBatch:
         self.reserved_bytes = reserved_bytes
         self.attempts = 0
         self.retry_at_ms = 0.0
+        self.sent_to = -1  # the broker the last attempt went to (KIP-951: a new leader retries at once)
         self.closed = False
         self.data: bytes | None = None
         self.done = False
@@ -200,6 +202,7 @@ class ReadyCheck(NamedTuple):
     nodes: set[int]  # brokers with at least one sendable batch
     next_check_ms: float  # how long until another batch may become ready (linger, backoff, expiry)
     unknown_leaders: bool  # some partition with data has no known leader: refresh metadata
+    leaders: frozenset[int] = frozenset()  # the leaders of the partitions with queued batches
 
 
 class RecordAccumulator:
@@ -324,6 +327,7 @@ class RecordAccumulator:
 
     def ready(self, leader_of: Callable[[TopicPartition], int], now_ms: float) -> ReadyCheck:
         nodes: set[int] = set()
+        leaders: set[int] = set()
         next_check = float("inf")
         unknown = False
         with self._lock:
@@ -337,14 +341,15 @@ class RecordAccumulator:
                 if leader < 0:
                     unknown = True
                     continue
+                leaders.add(leader)
                 if leader in nodes:
                     continue
-                wait = self._wait_ms(first, len(queue), exhausted, now_ms)
+                wait = self._wait_ms(first, len(queue), exhausted, now_ms, leader)
                 if wait <= 0:
                     nodes.add(leader)
                 else:
                     next_check = min(next_check, wait)
-        return ReadyCheck(nodes, max(next_check, 0.0), unknown)
+        return ReadyCheck(nodes, max(next_check, 0.0), unknown, frozenset(leaders))
 
     def _held(self, tp: TopicPartition, queue: deque[ProducerBatch], exhausted: bool) -> bool:
         """Whether the partition's only batch, still open and never sent, waits for the partition's request in
@@ -366,9 +371,13 @@ class RecordAccumulator:
             return False
         return self._gate is None or self._gate.may_drain(first, in_flight)
 
-    def _wait_ms(self, batch: ProducerBatch, queued: int, exhausted: bool, now_ms: float) -> float:
-        """0 when ``batch`` (first of its queue) may be sent now, else how long until it may."""
+    def _wait_ms(self, batch: ProducerBatch, queued: int, exhausted: bool, now_ms: float, leader: int) -> float:
+        """0 when ``batch`` (first of its queue) may be sent now, else how long until it may. A retry waits its
+        backoff unless the partition has another leader than the one its last attempt went to (Kafka's
+        KIP-951: the backoff was for the old leader)."""
         if batch.attempts:
+            if 0 <= batch.sent_to != leader:
+                return 0.0
             return batch.retry_at_ms - now_ms
         if batch.closed or queued > 1 or exhausted:
             return 0.0
@@ -392,7 +401,7 @@ class RecordAccumulator:
                 if node not in wanted:
                     continue
                 taken = self._drain_queue(
-                    queue, drained.setdefault(node, []), sizes.get(node, 0), max_request_size, exhausted, now_ms
+                    queue, drained.setdefault(node, []), sizes.get(node, 0), max_request_size, exhausted, now_ms, node
                 )
                 if taken:
                     sizes[node] = sizes.get(node, 0) + taken
@@ -407,6 +416,7 @@ class RecordAccumulator:
         limit: int,
         exhausted: bool,
         now_ms: float,
+        node: int,
     ) -> int:
         """Move ready batches from the front of ``queue`` to ``out``; returns the bytes taken. With a gate, every
         batch must pass it (which sequences it), and a retry resends exactly the batches its first request
@@ -415,7 +425,7 @@ class RecordAccumulator:
         taken = 0
         gate = self._gate
         group = -1  # the append id of a retried request being resent
-        while queue and self._wait_ms(queue[0], len(queue), exhausted, now_ms) <= 0:
+        while queue and self._wait_ms(queue[0], len(queue), exhausted, now_ms, node) <= 0:
             batch = queue[0]
             size = batch.size_bytes()
             if (out or taken) and used + taken + size > limit:
@@ -434,6 +444,7 @@ class RecordAccumulator:
             queue.popleft()
             batch.closed = True
             batch.in_flight = True
+            batch.sent_to = node
             out.append(batch)
             taken += size
         return taken

@@ -204,6 +204,18 @@ class NoOffsetForPartitionError(KafkaError):
     description = "the partition has no position and auto.offset.reset is none"
 
 
+class LogTruncationError(OffsetOutOfRangeError):
+    """The leader's log diverged below the consumer's position (records it returned are gone: an unclean
+    election) and ``auto.offset.reset`` is none (Kafka's LogTruncationException, KIP-320). ``divergent_offset``
+    is the first offset known to differ; seek there (or elsewhere) to go on."""
+
+    description = "the log was truncated below the consumer's position"
+
+    def __init__(self, message: str | None = None, divergent_offset: int = -1) -> None:
+        super().__init__(message)
+        self.divergent_offset = divergent_offset
+
+
 class MessageTooLargeError(KafkaError):
     code = "MESSAGE_TOO_LARGE"
     description = "the record or batch is larger than the maximum allowed"
@@ -423,7 +435,8 @@ def _subclasses(cls: type[KafkaError]) -> list[type[KafkaError]]:
 ERRORS_BY_CODE: dict[str, type[KafkaError]] = {
     cls.code: cls
     for cls in _subclasses(KafkaError)
-    if cls not in (UnknownKafkaError, RetriableError, InvalidMetadataError, NoOffsetForPartitionError)
+    if cls not in (UnknownKafkaError, RetriableError, InvalidMetadataError, NoOffsetForPartitionError,
+                   LogTruncationError)  # fmt: skip
 }
 ERRORS_BY_CODE["INVALID_TOPIC"] = InvalidTopicError  # a shorter spelling a server may use
 ERRORS_BY_CODE["RECORD_TOO_LARGE"] = MessageTooLargeError

@@ -11,12 +11,20 @@ Per-partition answers: records become a :class:`CompletedFetch`; OFFSET_OUT_OF_R
 position by ``auto.offset.reset`` (or fails the partition when it is ``none``); stale-metadata and
 other retriable errors refresh metadata and back off; anything else is raised by the next ``poll``.
 An answer for a partition that was seeked or reset while it was in flight is dropped (generations).
+
+Divergence (KIP-320): each fetch names the leader epoch of the last batch fetched before its offset
+(``last_fetched_epoch``). A leader whose log no longer holds that epoch up to the offset (an unclean
+election cut records this consumer read) answers ``diverging_epoch``: where that epoch ends in its log.
+Below the position the consumer resets there and reads the leader's records (with ``auto.offset.reset``
+none it raises :class:`~odradek.errors.LogTruncationError` instead), never skipping them nor reading a
+diverged tail; at or above it only prefetched, not yet returned records are dropped.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -31,6 +39,7 @@ from log.record.columns import Columns, iter_batch_columns
 from odradek.config import ConsumerConfig
 from odradek.errors import (
     KafkaError,
+    LogTruncationError,
     MessageTooLargeError,
     NetworkError,
     OffsetOutOfRangeError,
@@ -46,6 +55,8 @@ from odradek.types import (
     TopicPartition,
 )
 from proto import broker_pb2
+
+logger = logging.getLogger(__name__)
 
 MAX_BUFFERED_ANSWERS = 2
 _GENERATIONS = itertools.count()  # unique across states, so a re-assigned partition never takes an old answer
@@ -204,6 +215,7 @@ class PartitionState:
         "max_bytes",
         "paused",
         "error",
+        "last_fetched_epoch",
     )
 
     def __init__(self, tp: TopicPartition, max_bytes: int) -> None:
@@ -221,16 +233,19 @@ class PartitionState:
         self.max_bytes = max_bytes
         self.paused = False
         self.error: KafkaError | None = None
+        self.last_fetched_epoch = -1  # the leader epoch of the batch before fetch_offset (-1: unknown)
 
-    def seek(self, offset: int) -> None:
+    def seek(self, offset: int, epoch: int = -1) -> None:
         self.position = self.fetch_offset = offset
         self.reset = None
         self._discard()
+        self.last_fetched_epoch = epoch
 
     def request_reset(self, strategy: str | None) -> None:
         self.position = self.fetch_offset = None
         self.reset = strategy
         self._discard()
+        self.last_fetched_epoch = -1
 
     def _discard(self) -> None:
         self.buffered.clear()
@@ -312,7 +327,7 @@ class Fetcher:
                     partition_max_bytes=state.max_bytes,
                     current_leader_epoch=info.leader_epoch if info is not None else -1,
                     log_start_offset=-1,
-                    last_fetched_epoch=-1,
+                    last_fetched_epoch=state.last_fetched_epoch,
                 )
             )
             sent[state.tp] = (state.generation, state.fetch_offset)
@@ -406,10 +421,13 @@ class Fetcher:
         state.attempts = 0
         state.high_watermark = answer.high_watermark
         state.log_start_offset = answer.log_start_offset
+        if answer.HasField("diverging_epoch"):
+            self._diverged(state, fetch_offset, answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset)
+            return
         data: bytes = answer.records  # read once: protobuf copies bytes on every access
         if not data:
             return
-        next_offset = _next_offset(data)
+        next_offset, last_epoch = _next_offset(data)
         if next_offset is None:  # only part of a batch: the batch is larger than the fetch size
             limit = self._config.fetch_max_bytes
             if state.max_bytes >= limit:
@@ -421,7 +439,30 @@ class Fetcher:
             return
         state.max_bytes = self._config.max_partition_fetch_bytes
         state.buffered.append(CompletedFetch(state.tp, data, self._max_decompressed))
-        state.fetch_offset = max(next_offset, fetch_offset)
+        if next_offset > fetch_offset:
+            state.fetch_offset = next_offset
+            state.last_fetched_epoch = last_epoch
+
+    def _diverged(self, state: PartitionState, fetch_offset: int, epoch: int, end_offset: int) -> None:
+        """KIP-320 (module docstring): the leader's epoch ``epoch`` ends at ``end_offset``, before ``fetch_offset``."""
+        position = state.position if state.position is not None else fetch_offset
+        policy = self._config.auto_offset_reset
+        if epoch < 0 or end_offset < 0:  # the leader has no such epoch any more: nothing is known to agree
+            where = f"{state.tp} at offset {position}: the leader has no record of the epoch fetched last"
+            if policy == "none":
+                state.error = LogTruncationError(f"{where} and auto.offset.reset is none")
+            else:
+                logger.warning("%s; resetting by auto.offset.reset=%s", where, policy)
+                state.request_reset(policy)
+            return
+        if end_offset < position:
+            where = f"{state.tp}: the log was truncated at {end_offset}, below the position {position}"
+            if policy == "none":
+                state.error = LogTruncationError(f"{where} and auto.offset.reset is none", end_offset)
+                return
+            logger.warning("%s (records read there are gone); reading on from %d", where, end_offset)
+            position = end_offset
+        state.seek(position, epoch)  # prefetched records past the divergence are dropped
 
     def _partition_error(self, state: PartitionState, fetch_offset: int, code: str, message: str) -> None:
         where = f"fetching {state.tp} at offset {fetch_offset}"
@@ -501,15 +542,17 @@ class Fetcher:
         self._done.clear()
 
 
-def _next_offset(data: bytes) -> int | None:
-    """The offset after the last complete batch of a fetch answer (None: not one complete batch).
+def _next_offset(data: bytes) -> tuple[int | None, int]:
+    """The offset after the last complete batch of a fetch answer (None: not one complete batch), and that
+    batch's leader epoch.
 
     Headers only, no CRC: the decoder checks batches as poll() reaches them. A header too short to be
     one stops the scan (the decoder raises CORRUPT_MESSAGE when it gets there).
     """
     last: int | None = None
+    epoch = -1
     for _, header in iter_batches(data, validate=False):
         if header.size_bytes < HEADER_SIZE or header.magic != 2:
-            return last if last is not None else -1
-        last = header.next_offset
-    return last
+            return (last if last is not None else -1), epoch
+        last, epoch = header.next_offset, header.partition_leader_epoch
+    return last, epoch

@@ -14,8 +14,16 @@ Per-partition answers: success completes the batches' futures with their offsets
 (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, a lost connection, ...) puts the batches back at the
 front of their queue after a backoff, refreshing metadata first when the error says it is stale, as
 long as ``retries`` and ``delivery.timeout.ms`` allow; anything else fails the futures with the typed
-error. With ``acks=0`` futures complete (offset -1) as soon as the request is sent, and nothing is
-retried.
+error. Failover (as Kafka's client): while a partition with queued batches is led by a broker the last
+request to which failed on the connection, metadata is refreshed every pass (the client spaces refreshes by
+``retry.backoff.ms``), and a retried batch whose partition got a new leader goes at once, without the rest
+of its backoff (KIP-951, ``RecordAccumulator``). A request unanswered for ``STALE_REQUEST_MS`` has the
+metadata looked at again every ``STALE_REFRESH_MS`` (from other brokers than its own first): once none of its
+partitions is led by its broker any more (a paused or cut-off leader, replaced by the controller), it is
+cancelled and its batches go to the new leaders at once, instead of waiting for ``request.timeout.ms`` (with
+idempotence they keep their sequences: a copy the old leader may have written is not committed there, and a
+new leader that has it answers with its offsets). With ``acks=0`` futures complete (offset -1) as soon as the
+request is sent, and nothing is retried.
 
 Idempotence (``enable.idempotence``, ``odradek.idempotence``): before the first batch goes out, and after
 an epoch bump was asked for and every batch with a sequence got its final answer, the sender asks any broker
@@ -48,6 +56,8 @@ from odradek.types import TopicPartition
 from proto import broker_pb2
 
 MAX_IDLE_MS = 1000.0
+STALE_REQUEST_MS = 1000.0  # an unanswered request this old has its leaders looked up again
+STALE_REFRESH_MS = 250.0  # ... this often, from brokers other than its own
 _REFUSED = frozenset({OUT_OF_ORDER, UNKNOWN_PRODUCER_ID})  # with an earlier batch unanswered: rule P5
 _log = logging.getLogger("odradek.producer")
 
@@ -55,12 +65,16 @@ _log = logging.getLogger("odradek.producer")
 class _Request:
     """One ProduceRequest in flight: its broker and the batches it carries, by partition."""
 
-    __slots__ = ("node", "address", "batches")
+    __slots__ = ("node", "address", "batches", "sent_ms", "call")
 
-    def __init__(self, node: int, address: str, batches: dict[TopicPartition, list[ProducerBatch]]) -> None:
+    def __init__(
+        self, node: int, address: str, batches: dict[TopicPartition, list[ProducerBatch]], sent_ms: float = 0.0
+    ) -> None:
         self.node = node
         self.address = address
         self.batches = batches
+        self.sent_ms = sent_ms
+        self.call: Any = None  # the gRPC future, once started
 
 
 class Sender:
@@ -95,6 +109,8 @@ class Sender:
         self._max_in_flight = config.max_in_flight_requests_per_connection
         self._in_flight: dict[int, int] = {}
         self._requests: set[_Request] = set()
+        self._unreachable: set[int] = set()  # brokers whose last request failed on the connection
+        self._stale_refresh_ms = -float("inf")  # the last metadata refresh asked for because of a stale request
         self._completions: deque[tuple[_Request, Any]] = deque()
         self._wake = threading.Event()
         self._running = True
@@ -163,7 +179,9 @@ class Sender:
         init_wait_ms = self._maybe_init_producer_id(now)
         cluster = self._client.cluster
         check = self._accumulator.ready(cluster.leader, now)
-        if check.unknown_leaders:
+        unreachable = bool(self._unreachable & check.leaders)  # a dead leader: look for its successor
+        stale_wait_ms = self._abandon_moved_requests(now)  # a paused leader: its successor takes over
+        if check.unknown_leaders or unreachable:
             self._client.request_update()
         nodes = [n for n in check.nodes if self._in_flight.get(n, 0) < self._max_in_flight]
         sent = False
@@ -177,11 +195,33 @@ class Sender:
             return
         if not self._running and not self._requests and not self._accumulator.has_incomplete():
             return  # closing, and nothing is left to wait for
-        wait_ms = min(check.next_check_ms, MAX_IDLE_MS, init_wait_ms)
-        if check.unknown_leaders:
+        wait_ms = min(check.next_check_ms, MAX_IDLE_MS, init_wait_ms, stale_wait_ms)
+        if check.unknown_leaders or unreachable:
             wait_ms = min(wait_ms, self._client.metadata_due_in_ms(now))
         if wait_ms > 0:
             self._wake.wait(wait_ms / 1000)
+
+    def _abandon_moved_requests(self, now: float) -> float:
+        """Requests unanswered for ``STALE_REQUEST_MS``: ask for metadata (at most every ``STALE_REQUEST_MS``)
+        and cancel those whose partitions are all led elsewhere now (module docstring); how long until the
+        next look is due."""
+        if self._acks == 0 or not self._requests:
+            return MAX_IDLE_MS
+        oldest = min(r.sent_ms for r in self._requests)
+        if now - oldest < STALE_REQUEST_MS:
+            return STALE_REQUEST_MS - (now - oldest)
+        stale = [r for r in self._requests if now - r.sent_ms >= STALE_REQUEST_MS]
+        if now - self._stale_refresh_ms >= STALE_REFRESH_MS:
+            self._stale_refresh_ms = now
+            for node in {r.node for r in stale}:
+                self._client.suspect(node)
+            self._client.request_update()
+        leader = self._client.cluster.leader
+        for request in stale:
+            if request.call is not None and all(0 <= leader(tp) != request.node for tp in request.batches):
+                _log.info("cancelling a Produce to %s: its partitions have other leaders now", request.address)
+                request.call.cancel()  # its callback hands the CANCELLED outcome to this thread: retried
+        return STALE_REFRESH_MS
 
     # ----------------------------------------------------------------------------- producer id
 
@@ -230,7 +270,7 @@ class Sender:
         if not by_tp:
             return
         target = self._client.stub_for(node)
-        request = _Request(node, target[1] if target else f"broker {node}", by_tp)
+        request = _Request(node, target[1] if target else f"broker {node}", by_tp, now)
         self._requests.add(request)
         self._in_flight[node] = self._in_flight.get(node, 0) + 1
         if target is None:
@@ -255,6 +295,7 @@ class Sender:
             for tp_batches in by_tp.values():
                 for batch in tp_batches:
                     batch.complete(-1)
+        request.call = call
         call.add_done_callback(lambda done: self._on_done(request, done))
 
     def _on_done(self, request: _Request, call: Any) -> None:
@@ -284,6 +325,10 @@ class Sender:
         for batches in request.batches.values():
             for batch in batches:
                 batch.in_flight = False
+        if isinstance(outcome, NetworkError):
+            self._unreachable.add(request.node)
+        else:
+            self._unreachable.discard(request.node)
         if isinstance(outcome, KafkaError):
             if outcome.invalid_metadata:
                 self._client.request_update()

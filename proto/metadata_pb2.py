@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14proto/metadata.proto\x12\x10odradek.metadata\"4\n\x08\x45ndpoint\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\"\x1b\n\x0c\x42rokerIdList\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xd2\x01\n\x14RegisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\x0c\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12-\n\tendpoints\x18\x04 \x03(\x0b\x32\x1a.odradek.metadata.Endpoint\x12\x11\n\x04rack\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x1e\n\x16in_controlled_shutdown\x18\x07 \x01(\x08\x42\x07\n\x05_rack\"A\n\x16UnregisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"-\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\"\x94\x01\n\x0fPartitionRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x03(\x05\x12\x0b\n\x03isr\x18\x04 \x03(\x05\x12\x0e\n\x06leader\x18\x05 \x01(\x11\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x07 \x01(\x05\"\x8d\x01\n\x0c\x43onfigRecord\x12;\n\rresource_type\x18\x01 \x01(\x0e\x32$.odradek.metadata.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x12\n\x05value\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"\xbb\x01\n\x15PartitionChangeRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x13\n\x06leader\x18\x03 \x01(\x11H\x00\x88\x01\x01\x12+\n\x03isr\x18\x04 \x01(\x0b\x32\x1e.odradek.metadata.BrokerIdList\x12\x30\n\x08replicas\x18\x05 \x01(\x0b\x32\x1e.odradek.metadata.BrokerIdListB\t\n\x07_leader\"<\n\x11\x46\x65nceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\">\n\x13UnfenceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"%\n\x11RemoveTopicRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\"1\n\x12\x46\x65\x61tureLevelRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\x05\"V\n\x11ProducerIdsRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x18\n\x10next_producer_id\x18\x03 \x01(\x03\"I\n\x1e\x42rokerControlledShutdownRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"\x0c\n\nNoOpRecord\"M\n\x12LeaderChangeRecord\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x16\n\x0eleader_address\x18\x03 \x01(\t*\x9d\x01\n\x12\x43onfigResourceType\x12$\n CONFIG_RESOURCE_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43ONFIG_RESOURCE_TYPE_TOPIC\x10\x01\x12\x1f\n\x1b\x43ONFIG_RESOURCE_TYPE_BROKER\x10\x02\x12 \n\x1c\x43ONFIG_RESOURCE_TYPE_CLUSTER\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14proto/metadata.proto\x12\x10odradek.metadata\"4\n\x08\x45ndpoint\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\"\x1b\n\x0c\x42rokerIdList\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xd2\x01\n\x14RegisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\x0c\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12-\n\tendpoints\x18\x04 \x03(\x0b\x32\x1a.odradek.metadata.Endpoint\x12\x11\n\x04rack\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x1e\n\x16in_controlled_shutdown\x18\x07 \x01(\x08\x42\x07\n\x05_rack\"A\n\x16UnregisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"-\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\"\xce\x01\n\x0fPartitionRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x03(\x05\x12\x0b\n\x03isr\x18\x04 \x03(\x05\x12\x0e\n\x06leader\x18\x05 \x01(\x11\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x07 \x01(\x05\x12 \n\x18\x65ligible_leader_replicas\x18\x08 \x03(\x05\x12\x16\n\x0elast_known_elr\x18\t \x03(\x05\"\x8d\x01\n\x0c\x43onfigRecord\x12;\n\rresource_type\x18\x01 \x01(\x0e\x32$.odradek.metadata.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x12\n\x05value\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"\xb5\x02\n\x15PartitionChangeRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x13\n\x06leader\x18\x03 \x01(\x11H\x00\x88\x01\x01\x12+\n\x03isr\x18\x04 \x01(\x0b\x32\x1e.odradek.metadata.BrokerIdList\x12\x30\n\x08replicas\x18\x05 \x01(\x0b\x32\x1e.odradek.metadata.BrokerIdList\x12@\n\x18\x65ligible_leader_replicas\x18\x06 \x01(\x0b\x32\x1e.odradek.metadata.BrokerIdList\x12\x36\n\x0elast_known_elr\x18\x07 \x01(\x0b\x32\x1e.odradek.metadata.BrokerIdListB\t\n\x07_leader\"<\n\x11\x46\x65nceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\">\n\x13UnfenceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"%\n\x11RemoveTopicRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\"1\n\x12\x46\x65\x61tureLevelRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\x05\"V\n\x11ProducerIdsRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x18\n\x10next_producer_id\x18\x03 \x01(\x03\"I\n\x1e\x42rokerControlledShutdownRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"\x0c\n\nNoOpRecord\"M\n\x12LeaderChangeRecord\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x16\n\x0eleader_address\x18\x03 \x01(\t*\x9d\x01\n\x12\x43onfigResourceType\x12$\n CONFIG_RESOURCE_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43ONFIG_RESOURCE_TYPE_TOPIC\x10\x01\x12\x1f\n\x1b\x43ONFIG_RESOURCE_TYPE_BROKER\x10\x02\x12 \n\x1c\x43ONFIG_RESOURCE_TYPE_CLUSTER\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.metadata_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONFIGRESOURCETYPE']._serialized_start=1410
-  _globals['_CONFIGRESOURCETYPE']._serialized_end=1567
+  _globals['_CONFIGRESOURCETYPE']._serialized_start=1590
+  _globals['_CONFIGRESOURCETYPE']._serialized_end=1747
   _globals['_ENDPOINT']._serialized_start=42
   _globals['_ENDPOINT']._serialized_end=94
   _globals['_BROKERIDLIST']._serialized_start=96
@@ -44,25 +44,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOPICRECORD']._serialized_start=405
   _globals['_TOPICRECORD']._serialized_end=450
   _globals['_PARTITIONRECORD']._serialized_start=453
-  _globals['_PARTITIONRECORD']._serialized_end=601
-  _globals['_CONFIGRECORD']._serialized_start=604
-  _globals['_CONFIGRECORD']._serialized_end=745
-  _globals['_PARTITIONCHANGERECORD']._serialized_start=748
-  _globals['_PARTITIONCHANGERECORD']._serialized_end=935
-  _globals['_FENCEBROKERRECORD']._serialized_start=937
-  _globals['_FENCEBROKERRECORD']._serialized_end=997
-  _globals['_UNFENCEBROKERRECORD']._serialized_start=999
-  _globals['_UNFENCEBROKERRECORD']._serialized_end=1061
-  _globals['_REMOVETOPICRECORD']._serialized_start=1063
-  _globals['_REMOVETOPICRECORD']._serialized_end=1100
-  _globals['_FEATURELEVELRECORD']._serialized_start=1102
-  _globals['_FEATURELEVELRECORD']._serialized_end=1151
-  _globals['_PRODUCERIDSRECORD']._serialized_start=1153
-  _globals['_PRODUCERIDSRECORD']._serialized_end=1239
-  _globals['_BROKERCONTROLLEDSHUTDOWNRECORD']._serialized_start=1241
-  _globals['_BROKERCONTROLLEDSHUTDOWNRECORD']._serialized_end=1314
-  _globals['_NOOPRECORD']._serialized_start=1316
-  _globals['_NOOPRECORD']._serialized_end=1328
-  _globals['_LEADERCHANGERECORD']._serialized_start=1330
-  _globals['_LEADERCHANGERECORD']._serialized_end=1407
+  _globals['_PARTITIONRECORD']._serialized_end=659
+  _globals['_CONFIGRECORD']._serialized_start=662
+  _globals['_CONFIGRECORD']._serialized_end=803
+  _globals['_PARTITIONCHANGERECORD']._serialized_start=806
+  _globals['_PARTITIONCHANGERECORD']._serialized_end=1115
+  _globals['_FENCEBROKERRECORD']._serialized_start=1117
+  _globals['_FENCEBROKERRECORD']._serialized_end=1177
+  _globals['_UNFENCEBROKERRECORD']._serialized_start=1179
+  _globals['_UNFENCEBROKERRECORD']._serialized_end=1241
+  _globals['_REMOVETOPICRECORD']._serialized_start=1243
+  _globals['_REMOVETOPICRECORD']._serialized_end=1280
+  _globals['_FEATURELEVELRECORD']._serialized_start=1282
+  _globals['_FEATURELEVELRECORD']._serialized_end=1331
+  _globals['_PRODUCERIDSRECORD']._serialized_start=1333
+  _globals['_PRODUCERIDSRECORD']._serialized_end=1419
+  _globals['_BROKERCONTROLLEDSHUTDOWNRECORD']._serialized_start=1421
+  _globals['_BROKERCONTROLLEDSHUTDOWNRECORD']._serialized_end=1494
+  _globals['_NOOPRECORD']._serialized_start=1496
+  _globals['_NOOPRECORD']._serialized_end=1508
+  _globals['_LEADERCHANGERECORD']._serialized_start=1510
+  _globals['_LEADERCHANGERECORD']._serialized_end=1587
 # @@protoc_insertion_point(module_scope)

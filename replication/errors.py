@@ -27,3 +27,10 @@ class FencedLeaderEpochError(PartitionError):
 class UnknownLeaderEpochError(PartitionError):
     code = "UNKNOWN_LEADER_EPOCH"
     retriable = True
+
+
+class OffsetNotAvailableError(PartitionError):
+    """KIP-207: a new leader's high watermark is still below the start of its epoch; asked again soon."""
+
+    code = "OFFSET_NOT_AVAILABLE"
+    retriable = True

@@ -13,6 +13,9 @@ and ``Replica.updateFetchStateOrThrow``; the tests in ``tests/broker/test_partit
   follower's previous fetch (``last_caught_up_ms``, what ISR shrinking reads; Kafka's KIP-501 rule).
 * HW7. A fetch from a new life of a follower (another broker epoch) starts its progress afresh: what the
   previous life reported says nothing of the log the broker came back with (KIP-903).
+* HW8. With eligible leader replicas (KIP-966) the high watermark does not move while the ISR is smaller
+  than ``min.insync.replicas``: the members that left it (the ELR) then hold every committed record, so the
+  controller may elect one of them (``controller/core/elections.py`` E6) without losing any.
 """
 
 from __future__ import annotations
@@ -49,14 +52,16 @@ class HighWatermark:
     high_watermark: int
     leader_log_end_offset: int
     followers: dict[int, ReplicaProgress] = field(default_factory=dict)
+    min_isr: int = 0  # HW8: no move while the ISR is smaller (0: eligible leader replicas off)
 
     @classmethod
     def start(
-        cls, leader_id: int, replicas: Iterable[int], isr: Iterable[int], high_watermark: int, leader_leo: int
-    ) -> HighWatermark:
+        cls, leader_id: int, replicas: Iterable[int], isr: Iterable[int], high_watermark: int, leader_leo: int,
+        min_isr: int = 0,
+    ) -> HighWatermark:  # fmt: skip
         """The state of a broker that just became leader: followers unknown (HW4), HW as it was (capped, HW3)."""
         followers = {r: ReplicaProgress() for r in replicas if r != leader_id}
-        state = cls(leader_id, frozenset(isr), min(high_watermark, leader_leo), leader_leo, followers)
+        state = cls(leader_id, frozenset(isr), min(high_watermark, leader_leo), leader_leo, followers, min_isr)
         state.advance()
         return state
 
@@ -93,7 +98,10 @@ class HighWatermark:
         return self.advance()
 
     def candidate(self) -> int | None:
-        """HW1: the smallest log end offset over the ISR; None while an ISR member's offset is unknown."""
+        """HW1: the smallest log end offset over the ISR; None while an ISR member's offset is unknown, or the
+        ISR is smaller than ``min_isr`` (HW8)."""
+        if len(self.isr | {self.leader_id}) < self.min_isr:
+            return None
         offsets = [self.leader_log_end_offset]
         for member in self.isr:
             if member == self.leader_id:

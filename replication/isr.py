@@ -26,6 +26,10 @@ Rules (Kafka's ``Partition.maybeShrinkIsr`` / ``maybeExpandIsr`` / ``PendingPart
 * ISR7. An expansion names the broker epoch of the life whose fetches showed the follower caught up (HW7);
   the controller refuses it when that is not the follower's current registration (KIP-903: a broker that
   came back with a shorter log must not be counted in by what its previous life reported).
+* ISR8. The leader proposes no expansion with a replica its metadata shows fenced, in controlled shutdown,
+  or registered with another broker epoch than the one it fetched with (KIP-841): the controller would
+  refuse it, and while the proposal is pending the high watermark would wait for a replica that is
+  leaving (ISR4) -- what stalled acks=all after a controlled shutdown.
 """
 
 from __future__ import annotations

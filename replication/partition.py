@@ -1,47 +1,41 @@
-"""One partition on one broker: its role, the registration it follows, replicas, ISR and high watermark.
+"""One partition on one broker (Kafka's ``Partition``): its role, the registration it follows, replicas, ISR
+and high watermark. It owns, and drives under one lock (STYLE.md §1, one module per piece):
+:class:`~replication.unified_log.UnifiedLog` (the log with its producer state and leader-epoch cache),
+:class:`~replication.high_watermark.HighWatermark` (HW1-HW8) and :class:`~replication.isr.IsrState`
+(ISR1-ISR8), :class:`~replication.sequence_wait.HeldBatchWait` (S8) and
+:class:`~replication.fetch_positions.AppendedBytes` (DelayedFetch positions).
 
-The pieces, each in its own module (STYLE.md §1):
-
-* :class:`~replication.unified_log.UnifiedLog` -- the log with its producer state and leader-epoch cache
-  (Kafka's ``UnifiedLog``): producer-state checks and updates on every append, epochs, truncation;
-* :class:`~replication.high_watermark.HighWatermark` (HW1-HW7) and :class:`~replication.isr.IsrState`
-  (ISR1-ISR7) -- the leader's rules, pure;
-* :class:`~replication.sequence_wait.HeldBatchWait` -- the bounded wait of a producer's batch that arrived
-  ahead of its turn (``log.producer_state`` S8);
-* :class:`~replication.fetch_positions.AppendedBytes` -- byte positions for DelayedFetch.
-
-:class:`Partition` owns one of each and drives them: appends as leader, reads for consumers and followers,
-role changes from the metadata image, epoch checks, follower truncation and appends.
-
-Error names are Kafka's: NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, FENCED_LEADER_EPOCH,
-UNKNOWN_LEADER_EPOCH, plus whatever the log raises (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, OFFSET_OUT_OF_RANGE).
+Error names are Kafka's: NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+OFFSET_NOT_AVAILABLE, plus the log's (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, OFFSET_OUT_OF_RANGE).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 from log.append import AppendInfo, ValidatedAppend
 from log.clock import Clock
 from log.config import LogConfig
 from log.errors import StorageError
-from log.log import FetchSlice, Log
+from log.log import FetchData, FetchSlice, Log
 from log.producer_state import ProducerEntry
 from replication.epoch_cache import EpochEndOffset
 from replication.errors import (
     FencedLeaderEpochError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     PartitionError,
     UnknownLeaderEpochError,
 )
-from replication.fetch_positions import MAX_PENDING_POSITIONS, AppendedBytes
+from replication.fetch_positions import AppendedBytes
 from replication.high_watermark import UNKNOWN_OFFSET, HighWatermark, ReplicaProgress
 from replication.isr import AlterPartitionRequest, IsrState, may_join, out_of_sync
-from replication.sequence_wait import SEQUENCE_POLL_S, SEQUENCE_WAIT_MS, HeldBatchWait
-from replication.timestamps import offset_of_max_timestamp
+from replication.sequence_wait import SEQUENCE_WAIT_MS, HeldBatchWait
+from replication.timestamps import lookup_offset
 from replication.truncation import TruncationDecision
 from replication.unified_log import (
     PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
@@ -52,21 +46,14 @@ from replication.unified_log import (
 from replication.views import FetchPosition, PartitionRead, Registration, Role
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 NO_EPOCH = -1  # current_leader_epoch = -1: the caller does not check epochs
 NO_LEADER = -1
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3
 ISR_RESEND_MS = 1_000.0  # an unsettled AlterPartition is sent again after this long
 
 
 __all__ = [
-    "MAX_PENDING_POSITIONS",
-    "PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS",
-    "PRODUCER_ID_EXPIRATION_MS",
-    "SEQUENCE_POLL_S",
-    "SEQUENCE_WAIT_MS",
     "UNKNOWN_OFFSET",
     "FetchPosition",
     "PartitionRead",
@@ -113,6 +100,7 @@ class Partition:
         sequence_wait_ms: float = SEQUENCE_WAIT_MS,
         held_batch_slots: threading.Semaphore | None = None,
         producer_id_max: int = PRODUCER_ID_MAX,
+        eligible_leader_replicas: bool = True,
     ) -> None:
         self.topic_id = topic_id
         self.topic = topic
@@ -139,6 +127,7 @@ class Partition:
         self._epoch_start_offset = 0
         self._bytes = AppendedBytes()  # byte positions for DelayedFetch
         self._held = HeldBatchWait(self._lock, clock, sequence_wait_ms, held_batch_slots)  # S8
+        self._elr = eligible_leader_replicas  # HW8
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, {self._role}, epoch {self._leader_epoch})"
@@ -218,8 +207,9 @@ class Partition:
             self._log.assign_epoch(reg.leader_epoch, self._log.log_end_offset)  # saved before the epoch's first write
             if is_new_term or self._leader_state is None or self._isr_state is None:
                 self._leader_state = HighWatermark.start(
-                    self.local_broker_id, reg.replicas, reg.isr, self._high_watermark, self._log.log_end_offset
-                )
+                    self.local_broker_id, reg.replicas, reg.isr, self._high_watermark, self._log.log_end_offset,
+                    self._hw_min_isr(),
+                )  # fmt: skip
                 self._isr_state = IsrState(
                     self.local_broker_id, reg.leader_epoch, reg.partition_epoch, frozenset(reg.isr)
                 )
@@ -231,10 +221,15 @@ class Partition:
             self._sync_high_watermark()
             return True
 
-    def isr_change(self, lag_max_ms: float) -> AlterPartitionRequest | None:
-        """As leader: the AlterPartition to send now by the rules ISR1-ISR3, ISR5, ISR7 of ``replication.isr``
-        (None: nothing to change, one is pending and not due again, or not leader). The HW counts the larger ISR
-        meanwhile (ISR4)."""
+    def isr_change(
+        self, lag_max_ms: float, may_join_isr: Callable[[int, int], bool] | None = None
+    ) -> AlterPartitionRequest | None:
+        """As leader: the AlterPartition to send now by the rules ISR1-ISR3, ISR5, ISR7, ISR8 of
+        ``replication.isr`` (None: nothing to change, one is pending and not due again, or not leader). The HW
+        counts the larger ISR meanwhile (ISR4).
+
+        ``may_join_isr(broker_id, broker_epoch)``: whether the metadata lets that life of the broker join (ISR8:
+        registered with that epoch, unfenced, not in controlled shutdown); None lets every caught-up one."""
         with self._lock:
             state, hw = self._isr_state, self._leader_state
             if self._role is not Role.LEADER or state is None or hw is None:
@@ -251,7 +246,9 @@ class Partition:
             )
             request = state.propose_shrink(lagging)
             for replica_id, progress in sorted(hw.followers.items()):
-                if request is None and may_join(progress, self._high_watermark, self._epoch_start_offset):
+                if request is not None or not may_join(progress, self._high_watermark, self._epoch_start_offset):
+                    continue
+                if may_join_isr is None or may_join_isr(replica_id, progress.broker_epoch):  # ISR8
                     request = state.propose_expand(replica_id, progress.broker_epoch)
             if request is not None:
                 self._isr_sent_ms = now
@@ -305,17 +302,27 @@ class Partition:
             return self._log.decide_truncation(asked_epoch, answer)
 
     def truncate_as_follower(self, offset: int, leader_epoch: int) -> bool:
-        """Cut the log at ``offset`` after an OffsetsForLeaderEpoch answer (TR2-TR6), while still the
+        """Cut the log at ``offset`` after an OffsetsForLeaderEpoch answer (TR2-TR7), while still the
         follower of ``leader_epoch``; False (nothing done) otherwise. The epoch cache is cut and saved after
-        the log. The high watermark never goes back (HW2): a truncation below it is a bug, logged and capped."""
+        the log.
+
+        TR7: the leader's log is the truth, even below this replica's high watermark. A leader that ends
+        below it (elected uncleanly, or the last ISR member that came back without its unflushed tail) has
+        lost records this replica saw committed; keeping them would leave different records at the same
+        offsets, or loop on OFFSET_OUT_OF_RANGE. So the log is cut there anyway and the high watermark
+        lowered to the new log end, with a warning (Kafka's ``ReplicaFetcherThread.truncate``)."""
         with self._lock:
             if self._role is not Role.FOLLOWER or self._leader_epoch != leader_epoch:
                 return False
             if offset < self._high_watermark:
-                logger.error("%s: truncation to %d below the high watermark %d", self, offset, self._high_watermark)
-                offset = self._high_watermark
+                logger.warning(
+                    "%s: truncating to %d, below the high watermark %d: leader %d (epoch %d) does not have "
+                    "records this replica saw committed (an unclean election, or a leader that lost its "
+                    "unflushed tail)", self, offset, self._high_watermark, self._leader_id, leader_epoch,
+                )  # fmt: skip
             if self._log.truncate_to(offset):
                 self._bytes.reset()
+            self._high_watermark = min(self._high_watermark, self._log.log_end_offset)
             return True
 
     def restart_at(self, offset: int, leader_epoch: int) -> bool:
@@ -368,6 +375,13 @@ class Partition:
             if config == self._log.config or self._log.closed:
                 return
             self._log.reopen(config)
+            if self._leader_state is not None:
+                self._leader_state.min_isr = self._hw_min_isr()
+                self._leader_state.advance()
+                self._sync_high_watermark()
+
+    def _hw_min_isr(self) -> int:
+        return self._log.config.min_insync_replicas if self._elr else 0
 
     def delete_old_segments(self) -> int:
         """Retention (time, size, log start), never past the high watermark; returns the segments deleted."""
@@ -511,22 +525,31 @@ class Partition:
         current_leader_epoch: int = NO_EPOCH,
         min_one_batch: bool = True,
         replica_epoch: int = -1,
+        last_fetched_epoch: int = NO_EPOCH,
     ) -> PartitionRead:
         """Whole batches from ``fetch_offset``: for consumers (``replica_id`` < 0) only below the high
         watermark, for followers to the log end; a follower's fetch also reports its position (HW4).
+
+        Divergence (KIP-320 for consumers, as Kafka's ``validateFetchOffsetAndMaybeGetDivergingEpoch``):
+        with ``last_fetched_epoch`` (the epoch of the batch before ``fetch_offset`` in the reader's view),
+        when this log's largest epoch ``<=`` it is older, or ends before ``fetch_offset``, the reader holds
+        records this log does not: the answer has no records and ``diverging_epoch`` says where the reader's
+        epoch ends here (the reader truncates or resets its position there).
 
         Raises the epoch errors, NotLeaderOrFollowerError, and OffsetOutOfRangeError outside
         ``[log_start_offset, log_end_offset]``.
         """
         with self._lock:
             log, high_watermark, epoch = self._leader_snapshot(current_leader_epoch, replica_id)
+            if last_fetched_epoch >= 0:
+                end = self._log.end_offset_for(last_fetched_epoch)
+                if end.leader_epoch < last_fetched_epoch or end.end_offset < fetch_offset:
+                    start, leo = self._log.log_start_offset, self._log.log_end_offset
+                    empty = FetchData(b"", fetch_offset, fetch_offset, -1, 0, start, leo)
+                    return PartitionRead(empty, high_watermark, start, leo, epoch, False, diverging_epoch=end)
         max_offset = None if replica_id >= 0 else high_watermark
-        try:
-            data = log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
-        except StorageError:
-            if log is self._log.log:  # not closed by a config change's reopen: a real storage error
-                raise
-            data = self._log.log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+        data = self._read_log(log, lambda lg: lg.read(fetch_offset, max_bytes, max_offset=max_offset,
+                                                       min_one_batch=min_one_batch))  # fmt: skip
         moved = False
         if replica_id >= 0:
             with self._lock:
@@ -544,15 +567,19 @@ class Partition:
         high watermark: ``(slice, high_watermark, leader_epoch)``; the caller closes ``slice.fd``."""
         with self._lock:
             log, high_watermark, epoch = self._leader_snapshot(current_leader_epoch, -1)
-        try:
-            found = log.read_slice(fetch_offset, max_bytes, max_offset=high_watermark, min_one_batch=min_one_batch)
-        except StorageError:
-            if log is self._log.log:  # not closed by a config change's reopen: a real storage error
-                raise
-            found = self._log.log.read_slice(
-                fetch_offset, max_bytes, max_offset=high_watermark, min_one_batch=min_one_batch
-            )
+        found = self._read_log(log, lambda lg: lg.read_slice(fetch_offset, max_bytes, max_offset=high_watermark,
+                                                              min_one_batch=min_one_batch))  # fmt: skip
         return found, high_watermark, epoch
+
+    def _read_log(self, log: Log, read: Callable[[Log], T]) -> T:
+        """``read(log)`` outside the lock; if a config change reopened the log meanwhile (``log`` is closed),
+        ``read`` the new one; any other storage error is raised."""
+        try:
+            return read(log)
+        except StorageError:
+            if log is self._log.log:
+                raise
+            return read(self._log.log)
 
     def end_offset_for_epoch(self, leader_epoch: int, *, current_leader_epoch: int = NO_EPOCH) -> EpochEndOffset:
         """OffsetsForLeaderEpoch, as leader (TR1, EC2): the largest epoch ``<= leader_epoch`` in this log and
@@ -582,20 +609,24 @@ class Partition:
     ) -> tuple[int, int] | None:
         """ListOffsets: ``(offset, timestamp)`` for -2 earliest, -1 latest (the HW for consumers, the log end
         for replicas), -3 the record with the largest timestamp, or the first record at or after a time;
-        None when no record qualifies below the high watermark (Kafka's ``fetchOffsetForTimestamp``)."""
+        None when no record qualifies below the high watermark (Kafka's ``fetchOffsetForTimestamp``).
+
+        KIP-207: for consumers, while this new leader's high watermark is below the start offset of its
+        epoch (a follower's HW lags the old leader's by up to a fetch), "latest" raises OffsetNotAvailableError
+        instead of an offset below what the old leader answered, and so does a time lookup that found
+        nothing below the high watermark."""
         with self._lock:
             log, high_watermark, _ = self._leader_snapshot(current_leader_epoch, -1)
+            epoch_start = self._epoch_start_offset
+            lagging = not for_replica and epoch_start > high_watermark
         upper = log.log_end_offset if for_replica else high_watermark
-        if timestamp_ms == EARLIEST_TIMESTAMP:
-            return log.log_start_offset, -1
-        if timestamp_ms == LATEST_TIMESTAMP:
-            return upper, -1
-        if timestamp_ms == MAX_TIMESTAMP:
-            return offset_of_max_timestamp(log, upper)
-        if timestamp_ms < 0:
-            raise ValueError(f"timestamp {timestamp_ms} is not -1, -2, -3 or a time")
-        found = log.offset_for_timestamp(timestamp_ms)
-        return found if found is not None and found[0] < upper else None
+        found = lookup_offset(log, timestamp_ms, upper, latest_known=not lagging)
+        if found is None and lagging:
+            raise OffsetNotAvailableError(
+                f"{self.key_str}: the high watermark {high_watermark} of the new leader is below the start "
+                f"offset {epoch_start} of its epoch; ask again"
+            )
+        return found
 
     @property
     def key_str(self) -> str:

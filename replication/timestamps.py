@@ -1,4 +1,5 @@
-"""ListOffsets by the largest timestamp (KIP-734): a scan of the one segment that holds it."""
+"""ListOffsets lookups in a log: earliest, latest, by time, and by the largest timestamp (KIP-734: a scan of
+the one segment that holds it)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,26 @@ from log.record.header import iter_batches
 from log.record.reader import read_batch
 
 _SCAN_CHUNK_BYTES = 1 << 20
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+
+def lookup_offset(log: Log, timestamp_ms: int, upper: int, *, latest_known: bool = True) -> tuple[int, int] | None:
+    """``(offset, timestamp)`` for -2 earliest, -1 latest (``upper``; None when not ``latest_known``), -3 the
+    record with the largest timestamp below ``upper``, or the first record at or after a time that is below
+    ``upper``; None when none qualifies (Kafka's ``fetchOffsetForTimestamp``). ValueError for any other
+    negative timestamp."""
+    if timestamp_ms == EARLIEST_TIMESTAMP:
+        return log.log_start_offset, -1
+    if timestamp_ms == LATEST_TIMESTAMP:
+        return (upper, -1) if latest_known else None
+    if timestamp_ms == MAX_TIMESTAMP:
+        return offset_of_max_timestamp(log, upper)
+    if timestamp_ms < 0:
+        raise ValueError(f"timestamp {timestamp_ms} is not -1, -2, -3 or a time")
+    found = log.offset_for_timestamp(timestamp_ms)
+    return found if found is not None and found[0] < upper else None
 
 
 def offset_of_max_timestamp(log: Log, upper: int) -> tuple[int, int] | None:

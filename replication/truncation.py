@@ -13,6 +13,11 @@ Never by the high watermark alone (KIP-101's two data-loss and divergence scenar
   known to agree, so the follower drops its whole log (down to its log start) and fetches again; a fetch
   below the leader's log start then restarts the log there (OFFSET_OUT_OF_RANGE handling).
 * TR6. A truncation point is never above the follower's log end offset.
+* TR7. A truncation point may be below the follower's high watermark: the leader's log is the truth. The
+  follower truncates there anyway, lowers its high watermark and warns (records it saw committed are gone:
+  an unclean election, or a leader that came back without its unflushed tail; KIP-966's eligible leader
+  replicas make the second rarer). Never capped at the high watermark: that kept different records at
+  the same offsets, or looped on OFFSET_OUT_OF_RANGE when the leader's log ended below it.
 """
 
 from __future__ import annotations

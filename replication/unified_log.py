@@ -16,9 +16,16 @@ or replayed, never with a timestamp a client wrote (which could keep one alive f
 ``producer.id.max.per.partition`` entries are kept; a new producer beyond it evicts the one written to
 longest ago (``log.producer_state``).
 
-Ordering that matters: a truncation cuts the log first, then reloads the producer state and cuts and saves
-the epoch cache (the file never names an epoch start beyond the log end that a crash could leave; a stale
-one is dropped on load, EC3).
+Ordering that matters:
+
+* EC4: the epoch cache entry of a batch's new leader epoch is saved (durably) *before* the batch is
+  appended, as leader and as follower (Kafka's ``maybeAssignEpochStartOffset`` before the segment append):
+  a kill -9 between the two leaves an entry past the log end, which loading drops (EC3), never a batch
+  whose epoch the cache lacks. An append that fails restores the entries it added.
+* EC5: opening a log that was not shut down cleanly also reads the epochs of the batches recovery
+  re-scanned (from the recovery point on; Kafka's ``LogSegment.recover``), so a cache file older than the
+  log (written by a version without EC4, or lost) cannot miss an epoch the log holds.
+* a truncation cuts the log first, then reloads the producer state and cuts and saves the epoch cache.
 
 Thread-safety: none of its own; the owning :class:`~replication.partition.Partition` calls it under its
 lock (the :class:`~log.log.Log` itself is thread-safe, so readers use ``log`` directly).
@@ -26,7 +33,8 @@ lock (the :class:`~log.log.Log` itself is thread-safe, so readers use ``log`` di
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from log import producer_state_file
 from log.append import AppendInfo, ValidatedAppend
@@ -34,9 +42,9 @@ from log.clock import Clock
 from log.config import LogConfig
 from log.log import Log
 from log.producer_state import BatchMetadata, ExpirySchedule, ProducerEntry, ProducerStateManager
-from log.record.header import BatchHeader
+from log.record.header import iter_batches
 from replication import epoch_store
-from replication.epoch_cache import EpochEndOffset, EpochEntry
+from replication.epoch_cache import EpochEndOffset, EpochEntry, LeaderEpochCache
 from replication.truncation import TruncationDecision, decide
 
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (Kafka's default, KIP-854)
@@ -111,7 +119,9 @@ class UnifiedLog:
         verdict = self._producers.check_append(headers)  # S1-S7: a refusal writes nothing
         if verdict.duplicate is not None:
             return self._duplicate_info(verdict.duplicate)
-        info = self._log.append(validated, leader_epoch=leader_epoch)
+        new_epochs = [(leader_epoch, self._log.log_end_offset)] if leader_epoch > self._epochs.latest_epoch else []
+        with self._epochs_saved_first(new_epochs):  # EC4
+            info = self._log.append(validated, leader_epoch=leader_epoch)
         offset = info.first_offset
         now = self._clock.time_ms()
         for header in headers:
@@ -123,9 +133,13 @@ class UnifiedLog:
     def append_as_follower(self, records: bytes) -> AppendInfo:
         """Append a leader's batches as they are (offsets and epochs kept); note their epochs (EC1) and
         producers (stamped with this broker's clock)."""
-        info = self._log.append_as_follower(records)
-        if self._epochs_from_batches(info.batch_headers):
-            epoch_store.save(self._log, self._epochs)
+        new_epochs, latest = [], self._epochs.latest_epoch
+        for _, header in iter_batches(records, validate=False):  # headers only: the append validates
+            if header.partition_leader_epoch > latest:
+                latest = header.partition_leader_epoch
+                new_epochs.append((latest, header.base_offset))
+        with self._epochs_saved_first(new_epochs):  # EC4
+            info = self._log.append_as_follower(records)
         now = self._clock.time_ms()
         for header in info.batch_headers:
             self._producers.update(header, header.base_offset, now)
@@ -147,13 +161,28 @@ class UnifiedLog:
             producer_state_file.take_snapshot(self._log, self._producers)
         self._producer_expiry.maybe_expire(self._producers, self._clock.time_ms())
 
-    def _epochs_from_batches(self, headers: Iterable[BatchHeader]) -> bool:
+    @contextmanager
+    def _epochs_saved_first(self, new_epochs: list[tuple[int, int]]) -> Iterator[None]:
+        """EC4: assign and save ``new_epochs`` ``(epoch, start offset)``, then run the append; if it raises,
+        the entries as they were are restored (and saved)."""
+        if not new_epochs:
+            yield
+            return
+        before = list(self._epochs.entries)
         changed = False
-        for header in headers:
-            epoch = header.partition_leader_epoch
-            if epoch >= 0 and epoch > self._epochs.latest_epoch:
-                changed |= self._epochs.assign(epoch, header.base_offset)
-        return changed
+        for epoch, start in new_epochs:
+            if start < self._log.log_end_offset:  # a batch below the log end: the append refuses it
+                break
+            changed |= self._epochs.assign(epoch, start)
+        if changed:
+            epoch_store.save(self._log, self._epochs)
+        try:
+            yield
+        except BaseException:
+            if changed:
+                self._epochs = LeaderEpochCache(before)
+                epoch_store.save(self._log, self._epochs)
+            raise
 
     def producer_entries(self) -> dict[int, ProducerEntry]:
         return dict(self._producers.entries)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from log.log import FetchData
+from replication.epoch_cache import EpochEndOffset
 
 
 class Role(enum.StrEnum):
@@ -40,6 +41,7 @@ class PartitionRead:
     log_end_offset: int
     leader_epoch: int
     high_watermark_moved: bool  # a follower's fetch moved the high watermark (complete delayed produces)
+    diverging_epoch: EpochEndOffset | None = None  # the reader's last fetched epoch ends before its offset here
 
     @property
     def records(self) -> bytes:

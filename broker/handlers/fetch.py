@@ -10,7 +10,9 @@ Consumers (``replica_id`` < 0) read below the high watermark, followers to the l
 reports its position (which may move the high watermark: waiting acks=all produces are then checked).
 
 Per partition: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH
-(``current_leader_epoch``), OFFSET_OUT_OF_RANGE with the log start and end offsets filled in.
+(``current_leader_epoch``), OFFSET_OUT_OF_RANGE with the log start and end offsets filled in. With
+``last_fetched_epoch`` >= 0 a reader whose epoch ends before its fetch offset here gets ``diverging_epoch``
+and no records (KIP-320; ``Partition.read``).
 
 The answer is immediate when ``max_wait_ms`` <= 0, the data reaches ``min_bytes``, any partition has an
 error, or there is nothing to fetch; otherwise a :class:`~broker.delayed_fetch.DelayedFetch` waits (its
@@ -56,6 +58,7 @@ class Target:
     fetch_offset: int
     partition_max_bytes: int
     current_leader_epoch: int
+    last_fetched_epoch: int = -1
 
 
 # reads every target within the limits: (response, bytes per target, whether any partition failed)
@@ -141,7 +144,8 @@ def begin(
     limit = ctx.config.replica_fetch_response_max_bytes if for_replica else ctx.config.fetch_max_bytes
     max_bytes = min(request.max_bytes, limit) if request.max_bytes > 0 else limit
     targets = [
-        Target(topic.name, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
+        Target(topic.name, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
+               _last_fetched_epoch(p))
         for topic in request.topics
         for p in topic.partitions
     ]
@@ -204,6 +208,15 @@ def _count_out(ctx: BrokerContext, targets: list[Target], sizes: list[int], for_
             ctx.metrics.topics.bytes_sent(target.topic, size, for_replica=for_replica)
 
 
+def _last_fetched_epoch(p: object) -> int:
+    """KIP-320: the reader's last fetched epoch, -1 when not given (an unset proto3 ``optional``, or a request
+    view without the field)."""
+    has_field = getattr(p, "HasField", None)
+    if has_field is not None:
+        return int(p.last_fetched_epoch) if has_field("last_fetched_epoch") else -1  # type: ignore[attr-defined]
+    return int(getattr(p, "last_fetched_epoch", -1))
+
+
 def partition_limit(target: Target, max_bytes: int) -> int:
     return target.partition_max_bytes if target.partition_max_bytes > 0 else max_bytes
 
@@ -238,7 +251,7 @@ def _read_all(
         size = len(records)
         if sent is not None and size:
             sent.append((target.topic, records))
-        failed = failed or bool(answer.error.code)
+        failed = failed or bool(answer.error.code) or answer.HasField("diverging_epoch")  # both answer at once
         sizes.append(size)
         if size:
             min_one_batch = False
@@ -258,6 +271,7 @@ def _read_one(
         read = partition.read(
             target.fetch_offset, max(max_bytes, 0), replica_id=replica_id,
             current_leader_epoch=target.current_leader_epoch, min_one_batch=min_one_batch, replica_epoch=replica_epoch,
+            last_fetched_epoch=target.last_fetched_epoch,
         )  # fmt: skip
     except OffsetOutOfRangeError as exc:
         answer.error.CopyFrom(error_of(exc))
@@ -273,6 +287,9 @@ def _read_one(
     answer.log_start_offset = read.log_start_offset
     answer.log_end_offset = read.log_end_offset
     answer.leader_epoch = read.leader_epoch
+    if read.diverging_epoch is not None:  # KIP-320: no records, where the reader's epoch ends here
+        answer.diverging_epoch.epoch = read.diverging_epoch.leader_epoch
+        answer.diverging_epoch.end_offset = read.diverging_epoch.end_offset
     records: bytes = read.records
     if records:
         answer.records = records

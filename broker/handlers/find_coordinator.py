@@ -1,10 +1,13 @@
 """FindCoordinator: which broker coordinates each group (the leader of its ``__consumer_offsets`` partition).
 
 The first call creates ``__consumer_offsets`` through the active controller (Kafka creates it on first use):
-``offsets.topic.num.partitions`` partitions, replication factor ``offsets.topic.replication.factor`` capped
-at the number of live brokers, ``cleanup.policy=compact``. Per key: INVALID_GROUP_ID for an empty id,
-COORDINATOR_NOT_AVAILABLE while the topic or the partition's leader is missing (the client retries),
-INVALID_REQUEST for key_type other than 0 (transactions are not supported).
+``offsets.topic.num.partitions`` partitions, replication factor ``offsets.topic.replication.factor``,
+``cleanup.policy=compact``. With fewer live brokers than that replication factor it is not created (as in
+Kafka): a topic created under-replicated would stay so for ever, every group's offsets one broker from loss;
+FindCoordinator answers COORDINATOR_NOT_AVAILABLE saying why, and clients retry until enough brokers are up
+(a single-broker cluster sets the factor to 1, as ``odradek up`` does). Per key: INVALID_GROUP_ID for an
+empty id, COORDINATOR_NOT_AVAILABLE while the topic or the partition's leader is missing (the client
+retries), INVALID_REQUEST for key_type other than 0 (transactions are not supported).
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ def handle(
         for key in request.keys:
             response.coordinators.add(key=key, node_id=-1, error=_err(E.INVALID_REQUEST, "only key_type 0 (group)"))
         return response
+    missing = f"{OFFSETS_TOPIC} is being created"
     if ctx.metadata.image.topic(OFFSETS_TOPIC) is None and any(request.keys):
-        create_offsets_topic(ctx)
+        missing = create_offsets_topic(ctx) or missing
     image = ctx.metadata.image
     topic = image.topic(OFFSETS_TOPIC)
     for key in request.keys:
@@ -51,7 +55,7 @@ def handle(
             answer.error.CopyFrom(_err(E.INVALID_GROUP_ID, "the group id must not be empty"))
             continue
         if topic is None or not topic.partitions:
-            answer.error.CopyFrom(_err(E.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created"))
+            answer.error.CopyFrom(_err(E.COORDINATOR_NOT_AVAILABLE, missing))
             continue
         number = partition_for(key, len(topic.partitions))
         reg = topic.partition(number)
@@ -66,10 +70,16 @@ def handle(
     return response
 
 
-def create_offsets_topic(ctx: BrokerContext) -> None:
-    """Ask the controller to create ``__consumer_offsets``; TOPIC_ALREADY_EXISTS (a race) is fine."""
+def create_offsets_topic(ctx: BrokerContext) -> str | None:
+    """Ask the controller to create ``__consumer_offsets``; TOPIC_ALREADY_EXISTS (a race) is fine. Returns
+    why it was not asked (too few live brokers for ``offsets.topic.replication.factor``), else None."""
     live = len(ctx.metadata.image.unfenced_brokers())
-    rf = max(1, min(int(ctx.config.get("offsets.topic.replication.factor")), live))
+    rf = int(ctx.config.get("offsets.topic.replication.factor"))
+    if live < rf:
+        why = (f"{live} live broker(s) do not meet offsets.topic.replication.factor={rf} for {OFFSETS_TOPIC}; "
+               "it is created once enough brokers are up (this can be ignored while the cluster starts)")  # fmt: skip
+        logger.info("broker %d: %s", ctx.broker_id, why)
+        return why
     topic = cpb.TopicToCreate(
         name=OFFSETS_TOPIC,
         num_partitions=int(ctx.config.get("offsets.topic.num.partitions")),
@@ -84,6 +94,7 @@ def create_offsets_topic(ctx: BrokerContext) -> None:
     else:
         logger.info("broker %d: created %s (%d partitions, replication factor %d)", ctx.broker_id, OFFSETS_TOPIC,
                     topic.num_partitions, rf)  # fmt: skip
+    return None
 
 
 def _err(code: str, message: str) -> common_pb2.Error:

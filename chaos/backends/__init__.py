@@ -10,6 +10,7 @@ asks it for exactly these things, nothing more::
     backend.start_node(node)                   # start a killed node again (same id, port, data); waits until ready
     backend.pause(node); backend.resume(node)  # SIGSTOP / SIGCONT
     backend.isolate(node); backend.heal(node)  # cut a node off from every other node / undo it
+    backend.partition(side, others, both_ways=True); backend.heal_network()  # cut links between two groups
     backend.capabilities                       # frozenset of the capabilities below
     backend.close()                            # stop everything this backend started (bounded), idempotent
 
@@ -20,17 +21,21 @@ capability the backend lacks raises :class:`UnsupportedFault`; the harness check
 first and skips such a fault with a message (a skipped fault never counts as passed).
 
 Capabilities (``Capability``): ``KILL`` (kill / start_node), ``PAUSE`` (pause / resume), ``ISOLATE``
-(isolate / heal). A backend that has ``ISOLATE`` must make an isolated node unable to reach, or be reached
-by, every other node of the cluster, while the harness's clients still reach the others.
+(isolate / heal), ``PARTITION`` (partition / heal_network). A backend that has ``ISOLATE`` must make an
+isolated node unable to reach, or be reached by, every other node of the cluster, while the harness's
+clients still reach the others. ``PARTITION`` cuts every link from the nodes of ``side`` to the nodes of
+``others`` (and back with ``both_ways``); a one-way cut drops what ``side`` sends to ``others`` (the local
+backend: ``side`` can open or use no connection to them; connections they open to it still work).
 
-Implementations: :mod:`chaos.backends.local` (processes on 127.0.0.1, started the way ``odradek up``
-starts them) and, later, ``chaos.backends.compose`` (docker compose). Keep this protocol small: a new
-backend implements :class:`Backend` and nothing else.
+Implementations: :mod:`chaos.backends.local` (processes on loopback addresses, started the way ``odradek
+up`` starts them; links cut with :mod:`chaos.backends.netcut`) and :mod:`chaos.backends.compose` (docker
+compose, isolate only). Keep this protocol small: a new backend implements :class:`Backend` and nothing else.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -47,6 +52,7 @@ class Capability(enum.Enum):
     KILL = "kill"  # kill(node) and start_node(node)
     PAUSE = "pause"  # pause(node) and resume(node)
     ISOLATE = "isolate"  # isolate(node) and heal(node)
+    PARTITION = "partition"  # partition(side, others, both_ways) and heal_network()
 
 
 class NodeState(enum.Enum):
@@ -118,6 +124,14 @@ class Backend(Protocol):
 
     def heal(self, node: NodeRef) -> None:
         """Undo ``isolate``. Healing a node that is not isolated is a no-op."""
+        ...
+
+    def partition(self, side: Sequence[NodeRef], others: Sequence[NodeRef], *, both_ways: bool = True) -> None:
+        """Cut the links from ``side`` to ``others`` (and back with ``both_ways``; needs ``Capability.PARTITION``)."""
+        ...
+
+    def heal_network(self) -> None:
+        """Undo every ``partition`` and ``isolate``."""
         ...
 
     def close(self) -> None:

@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from chaos.backends import BackendError, Capability, Node, NodeRef, NodeState, node_name
+from chaos.backends import BackendError, Capability, Node, NodeRef, NodeState, UnsupportedFault, node_name
 
 DEFAULT_COMPOSE_FILE = Path(__file__).resolve().parents[2] / "deploy" / "docker-compose.yml"
 DOCKER_TIMEOUT_S = 120.0
@@ -351,6 +351,13 @@ class ComposeBackend:
         network, address = self._isolated[name]
         docker("network", "connect", "--ip", address, "--alias", name, network, self.container(name))
         del self._isolated[name]
+
+    def partition(self, side: Sequence[NodeRef], others: Sequence[NodeRef], *, both_ways: bool = True) -> None:
+        raise UnsupportedFault("the compose backend isolates whole nodes only; partitions run on the local backend")
+
+    def heal_network(self) -> None:
+        for name in list(self._isolated):
+            self.heal(name)
 
     # ---------------------------------------------------------------------------------------- end
 

@@ -11,9 +11,12 @@ Two ways in:
   cluster secret) and is stopped by ``close()``, so after an attached run the nodes that were killed are
   down: restart ``odradek up`` on the same data dir to bring the cluster back whole.
 
-Capabilities: kill / start and pause / resume. Isolation is not implemented here (it would need a
-network namespace per node); :meth:`isolate` raises :class:`UnsupportedFault` and the harness skips that
-fault with a message. The docker-compose backend is the one that isolates.
+Capabilities: kill / start and pause / resume; and, for a cluster it started with ``isolation`` (the
+default when the machine allows it: root, iptables, cgroup v2), isolate / heal and partition /
+heal_network: every node then listens on a loopback address of its own and runs in a cgroup of its own,
+and :mod:`chaos.backends.netcut` cuts links with iptables rules that match only those. Without it (or
+attached to an ``odradek up`` cluster, whose nodes share 127.0.0.1) :meth:`isolate` and :meth:`partition`
+raise :class:`UnsupportedFault` saying why, and the harness skips those faults with that message.
 
 Thread-safety: none; the harness's fault thread drives it.
 """
@@ -27,10 +30,11 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from chaos.backends import BackendError, Capability, Node, NodeRef, NodeState, UnsupportedFault, node_name
+from chaos.backends.netcut import NetworkCutter, node_hosts
 from odradek.errors import CliError
 from odradek.launcher.children import Child, pid_alive, ports_in_use, stop_all
 from odradek.launcher.plan import (
@@ -80,11 +84,17 @@ class _Proc:
 class LocalBackend:
     """See the module docstring. Implements :class:`chaos.backends.Backend`."""
 
-    def __init__(self, plan: ClusterPlan, procs: list[_Proc], up: Up | None, children: Mapping[str, Child]) -> None:
+    def __init__(
+        self, plan: ClusterPlan, procs: list[_Proc], up: Up | None, children: Mapping[str, Child],
+        cutter: NetworkCutter | None = None, no_isolation: str = "",
+    ) -> None:  # fmt: skip
         self._plan = plan
         self._procs = {p.plan.name: p for p in procs}
         self._up = up  # the launcher of a cluster we started (None when attached)
         self._spares = dict(children)  # ready-made Child objects (argv, env, log) for restarting each node
+        self._cutter = cutter  # cuts links between nodes (None: this backend cannot)
+        self._no_isolation = no_isolation or "the local backend cannot cut links here"
+        self._isolated: set[str] = set()
         self._closed = False
 
     # ------------------------------------------------------------------------------------ creation
@@ -93,22 +103,41 @@ class LocalBackend:
     def start(
         cls, root: str | Path, *, controllers: int = 3, brokers: int = 3, base_port: int | None = None,
         broker_config: Mapping[str, str] | None = None, controller_config: Mapping[str, str] | None = None,
-        timeout_s: float = 120.0,
+        timeout_s: float = 120.0, isolation: bool | None = None,
     ) -> LocalBackend:  # fmt: skip
         """Start a fresh cluster under ``root`` (which must not hold a cluster.json yet) and wait until it is ready.
 
-        ``base_port`` None: the first base port whose every planned port is free."""
+        ``base_port`` None: the first base port whose every planned port is free. ``isolation``: give every
+        node its own loopback address and cgroup so that links can be cut (True: required, BackendError when
+        the machine does not allow it; None: when it allows it; False: never)."""
         root = os.path.abspath(root)
         os.makedirs(root, exist_ok=True)
         if read_cluster_json(root) is not None:
             raise BackendError(f"{root} already holds a cluster.json; attach to it or choose another directory")
-        plan = plan_on_free_ports(root, controllers, brokers, base_port)
-        args = _launcher_args(broker_config, controller_config)
-        controller_children, broker_children = make_children(plan, ensure_secret(root), args)
+        names = [f"controller-{i}" for i in range(controllers)] + [f"broker-{i}" for i in range(brokers)]
+        cutter, why_not = None, "isolation was not asked for"
+        if isolation is not False:
+            try:
+                cutter = NetworkCutter.create(node_hosts(names))
+            except BackendError as exc:
+                if isolation:
+                    raise
+                why_not = f"the local backend cannot cut links here: {exc}"
+        try:
+            plan = plan_on_free_ports(root, controllers, brokers, base_port, cutter.hosts if cutter else None)
+            args = _launcher_args(broker_config, controller_config)
+            controller_children, broker_children = make_children(plan, ensure_secret(root), args)
+        except BaseException:
+            if cutter is not None:
+                cutter.close()
+            raise
+        if cutter is not None:
+            for child in controller_children + broker_children:
+                child.argv = cutter.wrap(child.name, child.argv)
         up = Up(plan, controller_children, broker_children, timeout_s)
         children = {c.name: c for c in up.children}
         procs = [_Proc(node, children[node.name], None) for node in plan.nodes]
-        backend = cls(plan, procs, up, {})
+        backend = cls(plan, procs, up, {}, cutter, why_not)
         try:
             up.start()
             up.wait_ready()
@@ -150,7 +179,8 @@ class LocalBackend:
         controller_children, broker_children = make_children(
             plan, secret, _launcher_args(broker_config, controller_config)
         )
-        return cls(plan, procs, None, {c.name: c for c in controller_children + broker_children})
+        why = "an attached 'odradek up' cluster shares 127.0.0.1: the local backend cannot cut its links"
+        return cls(plan, procs, None, {c.name: c for c in controller_children + broker_children}, None, why)
 
     # ------------------------------------------------------------------------------------- queries
 
@@ -160,7 +190,9 @@ class LocalBackend:
 
     @property
     def capabilities(self) -> frozenset[Capability]:
-        return frozenset({Capability.KILL, Capability.PAUSE})
+        if self._cutter is None:
+            return frozenset({Capability.KILL, Capability.PAUSE})
+        return frozenset({Capability.KILL, Capability.PAUSE, Capability.ISOLATE, Capability.PARTITION})
 
     @property
     def root(self) -> str:
@@ -172,7 +204,9 @@ class LocalBackend:
     def _state(self, proc: _Proc) -> NodeState:
         if not proc.alive():
             return NodeState.KILLED
-        return NodeState.PAUSED if proc.paused else NodeState.RUNNING
+        if proc.paused:
+            return NodeState.PAUSED
+        return NodeState.ISOLATED if proc.plan.name in self._isolated else NodeState.RUNNING
 
     def _proc(self, ref: NodeRef) -> _Proc:
         name = node_name(ref)
@@ -235,22 +269,47 @@ class LocalBackend:
             proc.paused = False
 
     def isolate(self, node: NodeRef) -> None:
-        raise UnsupportedFault("the local backend cannot isolate a node (no network namespaces); use docker compose")
+        name = self._proc(node).plan.name
+        self._require_cutter().cut([name], [n for n in self._procs if n != name])
+        self._isolated.add(name)
 
     def heal(self, node: NodeRef) -> None:
-        raise UnsupportedFault("the local backend cannot isolate a node, so it has nothing to heal")
+        name = self._proc(node).plan.name
+        if name in self._isolated:
+            self._require_cutter().heal([name])
+            self._isolated.discard(name)
+
+    def partition(self, side: Sequence[NodeRef], others: Sequence[NodeRef], *, both_ways: bool = True) -> None:
+        cutter = self._require_cutter()
+        names = [self._proc(n).plan.name for n in side]
+        cutter.cut(names, [self._proc(n).plan.name for n in others], both_ways=both_ways)
+
+    def heal_network(self) -> None:
+        if self._cutter is not None:
+            self._cutter.heal()
+        self._isolated.clear()
+
+    def _require_cutter(self) -> NetworkCutter:
+        if self._cutter is None:
+            raise UnsupportedFault(self._no_isolation)
+        return self._cutter
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        for proc in self._procs.values():
-            self.resume(proc.plan.name)
-        ours = [p.child for p in self._procs.values() if p.child is not None]
-        brokers = [c for c in ours if c.role == "broker"]
-        controllers = [c for c in ours if c.role == "controller"]
-        stop_all(brokers, BROKER_STOP_TIMEOUT_S)
-        stop_all(controllers, CONTROLLER_STOP_TIMEOUT_S)
+        try:
+            self.heal_network()  # first: the controlled shutdowns need the links
+        finally:
+            for proc in self._procs.values():
+                self.resume(proc.plan.name)
+            ours = [p.child for p in self._procs.values() if p.child is not None]
+            brokers = [c for c in ours if c.role == "broker"]
+            controllers = [c for c in ours if c.role == "controller"]
+            stop_all(brokers, BROKER_STOP_TIMEOUT_S)
+            stop_all(controllers, CONTROLLER_STOP_TIMEOUT_S)
+            if self._cutter is not None:
+                self._cutter.close()
 
     def __enter__(self) -> LocalBackend:
         return self
@@ -269,9 +328,11 @@ def _launcher_args(
     )
 
 
-def plan_on_free_ports(root: str, controllers: int, brokers: int, base_port: int | None) -> ClusterPlan:
+def plan_on_free_ports(
+    root: str, controllers: int, brokers: int, base_port: int | None, hosts: Mapping[str, str] | None = None
+) -> ClusterPlan:
     if base_port is not None:
-        plan = plan_cluster(root, controllers, brokers, base_port)
+        plan = plan_cluster(root, controllers, brokers, base_port, hosts)
         busy = ports_in_use(plan.ports())
         if busy:
             raise BackendError(f"ports in use: {', '.join(f'{p} ({what})' for p, what in busy[:4])}")
@@ -279,7 +340,7 @@ def plan_on_free_ports(root: str, controllers: int, brokers: int, base_port: int
     rng = random.Random(os.getpid() ^ time.monotonic_ns())  # ports only: the fault schedule has its own seed
     low, high = PORT_SEARCH_RANGE
     for _ in range(PORT_SEARCH_TRIES):
-        plan = plan_cluster(root, controllers, brokers, rng.randrange(low, high - 300))
+        plan = plan_cluster(root, controllers, brokers, rng.randrange(low, high - 300), hosts)
         if not ports_in_use(plan.ports()):
             return plan
     raise BackendError(f"found no free port range for the cluster in {low}..{high}")

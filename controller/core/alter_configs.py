@@ -25,6 +25,7 @@ from controller.configs import (
     ControllerConfig,
 )
 from controller.core.common import ControllerResult, error, pack
+from controller.core.elections import LeaderPolicy
 from controller.image import MetadataImage
 from controller.records import Config, ConfigResourceType
 from proto import controller_pb2 as pb
@@ -63,6 +64,26 @@ class EffectiveConfig:
             except ConfigError:
                 pass
         return bool(self.cluster("unclean.leader.election.enable"))
+
+    def min_insync_replicas(self, topic_name: str) -> int:
+        """``min.insync.replicas`` for the topic: its own config, else the cluster's, else Kafka's default (1)."""
+        text = self._image.config(ConfigResourceType.TOPIC, topic_name).get("min.insync.replicas")
+        if text is None:
+            text = self._cluster.get("min.insync.replicas")
+        if text is not None:
+            try:
+                return int(TOPIC_CONFIGS.validate("min.insync.replicas", text))
+            except ConfigError:
+                pass
+        return int(TOPIC_CONFIGS.key("min.insync.replicas").default)
+
+    def elr_min_isr(self, topic_name: str) -> int:
+        """What the eligible-leader-replica rules use (``controller.core.elections``): the topic's
+        ``min.insync.replicas`` with ``eligible.leader.replicas.enable``, else 0 (off)."""
+        return self.min_insync_replicas(topic_name) if self._static.eligible_leader_replicas_enable else 0
+
+    def leader_policy(self) -> LeaderPolicy:
+        return LeaderPolicy(self.unclean, self.elr_min_isr)
 
 
 def _resource(image: MetadataImage, res: pb.AlterConfigsRequest.Resource) -> tuple[ConfigSchema, Any]:

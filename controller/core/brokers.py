@@ -7,7 +7,9 @@ Registration:
   registration of the same id.
 - R2. The same incarnation registering again is idempotent: the current epoch, no record.
 - R3. A new incarnation gets a new registration (new epoch, fenced); the old incarnation's ISR seats and
-  leaderships go in the same command (as after an unclean shutdown).
+  leaderships go in the same command (as after an unclean shutdown). Unless it names its previous
+  registration's epoch as the one it shut down cleanly with (``previous_broker_epoch``, KIP-966), it may have
+  lost its unflushed tail: it also leaves the ELRs (rule ELR2 of ``controller.core.elections``).
 - R4. A malformed request (negative id, incarnation id not a UUID, bad endpoint) is INVALID_REQUEST.
 - R5. Another incarnation registering a broker id whose registration still has a live session (unfenced
   and heard from within ``broker.session.timeout.ms``, H2) is DUPLICATE_BROKER_REGISTRATION (Kafka's
@@ -165,7 +167,12 @@ def register_broker(
     sessions.touch(request.broker_id, now_ms, -1)
     if existing is not None and existing.incarnation_id == request.incarnation_id:
         return ControllerResult((), pb.RegisterBrokerResponse(broker_epoch=existing.broker_epoch))
-    changes = [] if existing is None else leaving_broker_changes(image, request.broker_id, unclean)
+    clean = existing is not None and request.HasField("previous_broker_epoch") and (
+        request.previous_broker_epoch == existing.broker_epoch
+    )
+    changes = [] if existing is None else leaving_broker_changes(
+        image, request.broker_id, unclean, unclean_shutdown=not clean
+    )  # fmt: skip
     commands = _with_changes([record], changes, max_records)
     return ControllerResult(commands, pb.RegisterBrokerResponse(broker_epoch=record.broker_epoch))
 

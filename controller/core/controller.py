@@ -80,7 +80,7 @@ class ControllerCore:
     def register_broker(
         self, image: MetadataImage, request: pb.RegisterBrokerRequest
     ) -> ControllerResult[pb.RegisterBrokerResponse]:
-        unclean = self._effective(image).unclean
+        unclean = self._effective(image).leader_policy()
         now = self.clock.monotonic_ms()
         return self._checked(
             image, brokers.register_broker(image, request, self.sessions, unclean, now, self.max_records)
@@ -89,7 +89,7 @@ class ControllerCore:
     def broker_heartbeat(
         self, image: MetadataImage, request: pb.BrokerHeartbeatRequest
     ) -> ControllerResult[pb.BrokerHeartbeatResponse]:
-        unclean = self._effective(image).unclean
+        unclean = self._effective(image).leader_policy()
         now = self.clock.monotonic_ms()
         return self._checked(
             image, brokers.broker_heartbeat(image, request, self.sessions, unclean, now, self.max_records)
@@ -120,7 +120,7 @@ class ControllerCore:
     def alter_partition(
         self, image: MetadataImage, request: pb.AlterPartitionRequest
     ) -> ControllerResult[pb.AlterPartitionResponse]:
-        return self._checked(image, partitions.alter_partition(image, request))
+        return self._checked(image, partitions.alter_partition(image, request, self._effective(image).elr_min_isr))
 
     def alter_configs(
         self, image: MetadataImage, request: pb.AlterConfigsRequest
@@ -130,7 +130,8 @@ class ControllerCore:
     def elect_leaders(
         self, image: MetadataImage, request: pb.ElectLeadersRequest
     ) -> ControllerResult[pb.ElectLeadersResponse]:
-        return self._checked(image, partitions.elect_leaders(image, request, self.max_records))
+        policy = self._effective(image).leader_policy()
+        return self._checked(image, partitions.elect_leaders(image, request, self.max_records, policy))
 
     # --- periodic work --------------------------------------------------------------------------
 
@@ -148,7 +149,7 @@ class ControllerCore:
         start = image
         commands: list[Command] = []
         step: tuple[Command, ...] = tuple(
-            brokers.fence_expired(image, self.sessions, self._effective(image).unclean, now, self.max_records)
+            brokers.fence_expired(image, self.sessions, self._effective(image).leader_policy(), now, self.max_records)
         )
         commands += step
         image = preview(image, step)
@@ -165,7 +166,7 @@ class ControllerCore:
         return self._checked(start, ControllerResult(tuple(commands), None))
 
     def _reconcile(self, image: MetadataImage) -> tuple[Command, ...]:
-        unclean = self._effective(image).unclean
+        unclean = self._effective(image).leader_policy()
         changes = reconcile_partitions(image, Eligibility(image), unclean, lambda reg: True)
         return chunk(changes, self.max_records)
 

@@ -12,6 +12,9 @@ AlterPartition rules, checked in Kafka's order (``ReplicationControlManager.alte
   a joining member named with a broker epoch is in that registration still (KIP-903: a broker that came back
   with a shorter log is not counted in by what its previous life fetched; else INELIGIBLE_REPLICA).
 - A8. The answer is the partition's state after the change (an unchanged ISR writes nothing).
+- A9. With eligible leader replicas (KIP-966, ``controller.core.elections`` ELR1): a shrink below
+  ``min.insync.replicas`` moves the members it removes to the ELR (the high watermark stops there, so they
+  hold it); an expansion takes its joiners out of the ELR, and an ISR at ``min.insync.replicas`` clears it.
 
 ElectLeaders rules (``ReplicationControlManager.electLeaders``):
 
@@ -24,10 +27,10 @@ ElectLeaders rules (``ReplicationControlManager.electLeaders``):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from controller.core.common import ControllerResult, Eligibility, chunk, error
-from controller.core.elections import change, elect, preferred
+from controller.core.elections import UncleanPolicy, change, elr_min_isr, preferred, reconcile, with_elr
 from controller.image import MetadataImage, PartitionRegistration, TopicIdPartition
 from controller.records import NO_LEADER, MetadataRecord
 from proto import common_pb2
@@ -65,9 +68,9 @@ def _stale_joiner(image: MetadataImage, request: pb.AlterPartitionRequest) -> co
 
 
 def alter_partition(
-    image: MetadataImage, request: pb.AlterPartitionRequest
+    image: MetadataImage, request: pb.AlterPartitionRequest, min_isr_for: Callable[[str], int] = lambda _: 0
 ) -> ControllerResult[pb.AlterPartitionResponse]:
-    """AlterPartition (rules A1-A8)."""
+    """AlterPartition (rules A1-A9); ``min_isr_for(topic)`` is the ELR rules' ``min.insync.replicas`` (0: off)."""
     broker = image.broker(request.broker_id)
     if broker is None or broker.broker_epoch != request.broker_epoch:
         current = "none" if broker is None else broker.broker_epoch
@@ -97,7 +100,11 @@ def alter_partition(
     problem = _isr_error(reg, new_isr, Eligibility(image)) or _stale_joiner(image, request)
     if problem is not None:
         return ControllerResult((), pb.AlterPartitionResponse(error=problem))
-    record = change(TopicIdPartition(topic.topic_id, topic.name, request.partition), reg, reg.leader, new_isr)
+    min_isr = min_isr_for(topic.name)
+    elr = with_elr(reg, new_isr, min_isr) if min_isr > 0 else None  # A9
+    last = () if min_isr > 0 else None  # the partition has a leader (ELR3)
+    tp = TopicIdPartition(topic.topic_id, topic.name, request.partition)
+    record = change(tp, reg, reg.leader, new_isr, elr, last)
     bump = 0 if record is None else 1  # Kafka's rule: every change bumps the partition epoch
     response = pb.AlterPartitionResponse(
         leader=reg.leader, leader_epoch=reg.leader_epoch, partition_epoch=reg.partition_epoch + bump, isr=new_isr
@@ -131,39 +138,43 @@ def _targets(
 
 
 def _elect_one(
-    reg: PartitionRegistration, eligible: Eligibility, unclean: bool
-) -> tuple[int, tuple[int, ...]] | common_pb2.Error:
-    """The new ``(leader, isr)`` of one partition (rules L1, L2), or why there is none."""
+    reg: PartitionRegistration, eligible: Eligibility, unclean: bool, min_isr: int = 0
+) -> tuple[int, tuple[int, ...], tuple[int, ...] | None, tuple[int, ...] | None] | common_pb2.Error:
+    """The new ``(leader, isr, elr, last_known_elr)`` of one partition (rules L1, L2; the ELR parts None when
+    unchanged), or why there is none."""
     if not unclean:
         if reg.leader == reg.replicas[0]:
             return error("ELECTION_NOT_NEEDED", "The preferred replica leads already")
         leader = preferred(reg, eligible)
         if leader is None:
             return error("PREFERRED_LEADER_NOT_AVAILABLE", f"Preferred replica {reg.replicas[0]} cannot lead now")
-        return leader, reg.isr
+        return leader, reg.isr, None, None
     if reg.leader != NO_LEADER:
         return error("ELECTION_NOT_NEEDED", f"The partition has leader {reg.leader}")
-    leader, isr = elect(reg, reg.isr, eligible, unclean=True)
-    if leader == NO_LEADER:
+    target = reconcile(reg, eligible, unclean=True, min_isr=min_isr)
+    if target.leader == NO_LEADER:
         return error("ELIGIBLE_LEADERS_NOT_AVAILABLE", "No replica is unfenced and out of controlled shutdown")
-    return leader, isr
+    if min_isr <= 0:
+        return target.leader, target.isr, None, None
+    return target.leader, target.isr, target.elr, target.last_known_elr
 
 
 def elect_leaders(
-    image: MetadataImage, request: pb.ElectLeadersRequest, max_records: int
-) -> ControllerResult[pb.ElectLeadersResponse]:
-    """ElectLeaders (rules L1-L3)."""
+    image: MetadataImage, request: pb.ElectLeadersRequest, max_records: int,
+    policy: UncleanPolicy = lambda _: False,
+) -> ControllerResult[pb.ElectLeadersResponse]:  # fmt: skip
+    """ElectLeaders (rules L1-L3); ``policy`` gives the ELR rules' ``min.insync.replicas``."""
     response = pb.ElectLeadersResponse()
     eligible = Eligibility(image)
     records: list[MetadataRecord] = []
     for tp, reg in _targets(image, request, response):
-        outcome = _elect_one(reg, eligible, request.unclean)
+        outcome = _elect_one(reg, eligible, request.unclean, elr_min_isr(policy, tp.topic_name))
         if isinstance(outcome, common_pb2.Error):
             if not (outcome.code == "ELECTION_NOT_NEEDED" and not request.topics):
                 response.partitions.add(topic=tp.topic_name, partition=tp.partition, leader=reg.leader, error=outcome)
             continue
-        leader, isr = outcome
-        record = change(tp, reg, leader, isr)
+        leader, isr, elr, last = outcome
+        record = change(tp, reg, leader, isr, elr, last)
         if record is not None:
             records.append(record)
         response.partitions.add(topic=tp.topic_name, partition=tp.partition, leader=leader)

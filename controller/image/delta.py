@@ -322,7 +322,7 @@ class MetadataDelta:
             raise MetadataError(f"{r!r}: partitions of {topic.name} are created in order; next is {count}")
         delta = self._topic_for_write(r.topic_id)
         delta.changes[r.partition] = PartitionRegistration(
-            r.replicas, r.isr, r.leader, r.leader_epoch, r.partition_epoch
+            r.replicas, r.isr, r.leader, r.leader_epoch, r.partition_epoch, r.elr, r.last_known_elr
         )
         delta.count += 1
 
@@ -336,7 +336,11 @@ class MetadataDelta:
         replicas = prev.replicas if r.replicas is None else r.replicas
         isr = prev.isr if r.isr is None else r.isr
         leader = prev.leader if r.leader is None else r.leader
+        elr = prev.elr if r.elr is None else r.elr
+        last_known_elr = prev.last_known_elr if r.last_known_elr is None else r.last_known_elr
         where = f"{r!r}: partition {topic.name}-{r.partition}"
+        if not set(elr) <= set(replicas) or set(elr) & set(isr):
+            raise MetadataError(f"{where}: elr {list(elr)} must be replicas outside the isr {list(isr)}")
         strangers = [b for b in isr if b not in replicas]
         if strangers:
             raise MetadataError(f"{where}: isr members {strangers} are not replicas {list(replicas)}")
@@ -348,7 +352,7 @@ class MetadataDelta:
         if leader_epoch > INT32_MAX or partition_epoch > INT32_MAX:
             raise MetadataError(f"{where}: epochs would overflow int32")
         self._topic_for_write(r.topic_id).changes[r.partition] = PartitionRegistration(
-            replicas, isr, leader, leader_epoch, partition_epoch
+            replicas, isr, leader, leader_epoch, partition_epoch, elr, last_known_elr
         )
 
     # --- configs, features, producer ids, controller ---

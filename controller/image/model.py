@@ -69,6 +69,8 @@ class PartitionRegistration:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    elr: tuple[int, ...] = ()  # KIP-966 eligible leader replicas (controller/core/elections.py, ELR rules)
+    last_known_elr: tuple[int, ...] = ()  # KIP-966: left the ELR by an unclean shutdown
 
     @property
     def has_leader(self) -> bool:

@@ -111,8 +111,13 @@ def port_of(address: str) -> int:
     return int(address.rpartition(":")[2])
 
 
-def plan_cluster(root: str, controllers: int, brokers: int, base_port: int) -> ClusterPlan:
-    """A fresh layout: ``controllers`` and ``brokers`` nodes on ports planned from ``base_port``."""
+def plan_cluster(
+    root: str, controllers: int, brokers: int, base_port: int, hosts: Mapping[str, str] | None = None
+) -> ClusterPlan:
+    """A fresh layout: ``controllers`` and ``brokers`` nodes on ports planned from ``base_port``, every one on
+    127.0.0.1 unless ``hosts`` gives a node (by name, ``broker-0``) an address of its own (the chaos harness
+    gives each node its own loopback address, so that links between nodes can be cut)."""
+    hosts = hosts or {}
     for count, what in ((controllers, "--controllers"), (brokers, "--brokers")):
         if not 1 <= count <= MAX_NODES:
             raise CliError(f"{what} must be between 1 and {MAX_NODES}, got {count}")
@@ -131,20 +136,25 @@ def plan_cluster(root: str, controllers: int, brokers: int, base_port: int) -> C
             NodePlan(
                 "controller",
                 i,
-                f"{HOST}:{base_port + CONTROLLER_PORT_OFFSET + i}",
+                f"{_host(hosts, 'controller', i)}:{base_port + CONTROLLER_PORT_OFFSET + i}",
                 os.path.join(root, f"controller-{i}"),
-                raft_listen=f"{HOST}:{base_port + RAFT_PORT_OFFSET + i}",
-                metrics=f"{HOST}:{base_port + CONTROLLER_PORT_OFFSET + METRICS_PORT_OFFSET + i}",
+                raft_listen=f"{_host(hosts, 'controller', i)}:{base_port + RAFT_PORT_OFFSET + i}",
+                metrics=f"{_host(hosts, 'controller', i)}:"
+                f"{base_port + CONTROLLER_PORT_OFFSET + METRICS_PORT_OFFSET + i}",
             )
             for i in range(controllers)
         ),  # fmt: skip
         brokers=tuple(
-            NodePlan("broker", i, f"{HOST}:{base_port + i}", os.path.join(root, f"broker-{i}"),
-                     kafka_listen=f"{HOST}:{base_port + KAFKA_PORT_OFFSET + i}",
-                     metrics=f"{HOST}:{base_port + METRICS_PORT_OFFSET + i}")
+            NodePlan("broker", i, f"{_host(hosts, 'broker', i)}:{base_port + i}", os.path.join(root, f"broker-{i}"),
+                     kafka_listen=f"{_host(hosts, 'broker', i)}:{base_port + KAFKA_PORT_OFFSET + i}",
+                     metrics=f"{_host(hosts, 'broker', i)}:{base_port + METRICS_PORT_OFFSET + i}")
             for i in range(brokers)
         ),
     )
+
+
+def _host(hosts: Mapping[str, str], role: str, node_id: int) -> str:
+    return hosts.get(f"{role}-{node_id}", HOST)
 
 
 def cluster_document(plan: ClusterPlan, pids: Mapping[str, int], *, metrics: bool = True) -> dict[str, Any]:

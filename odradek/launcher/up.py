@@ -191,8 +191,13 @@ def make_children(plan: ClusterPlan, secret: Path, args: argparse.Namespace) -> 
               plan.log_path(c))
         for c in plan.controllers
     ]  # fmt: skip
+    broker_config = list(args.broker_config or [])
+    if not any(item.startswith("offsets.topic.replication.factor=") for item in broker_config):
+        # Kafka's quickstart habit: a cluster smaller than the default factor (3) sets it to its size, since
+        # __consumer_offsets is not created with fewer live brokers than the factor.
+        broker_config.insert(0, f"offsets.topic.replication.factor={min(3, len(plan.brokers))}")
     brokers = [
-        Child(b.name, b.role, child_argv(plan, b, secret, args.broker_config or [], metrics), broker_env,
+        Child(b.name, b.role, child_argv(plan, b, secret, broker_config, metrics), broker_env,
               plan.log_path(b))
         for b in plan.brokers
     ]  # fmt: skip

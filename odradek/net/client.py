@@ -3,7 +3,9 @@
 Metadata is refreshed when a client asks (``request_update``: a leader moved, a topic is new) and
 every ``metadata.max.age.ms``; refreshes are spaced by ``retry.backoff.ms``, growing exponentially
 up to ``retry.backoff.max.ms`` while they fail. A refresh asks the known brokers first and then the
-``bootstrap.servers``, each in turn, until one answers.
+``bootstrap.servers``, each in turn, until one answers; brokers a client suspects (``suspect``: a request to
+them went unanswered for a while, as to a paused broker) are asked last, and a Metadata call that times out
+moves on to the next broker like a refused connection (Kafka's client asks its least loaded node).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class ListedOffset(NamedTuple):
     offset: int  # -1: no record at or after the timestamp asked
     timestamp: int
     leader_epoch: int
+
+
+SUSPECT_MS = 10_000.0  # how long a broker with an overdue request is asked last
+METADATA_ATTEMPT_S = 5.0  # one broker's time to answer a Metadata refresh before the next is asked
 
 
 class ClusterClient:
@@ -86,6 +92,7 @@ class ClusterClient:
         self._next_attempt_ms = -float("inf")  # refreshes are spaced (backoff), not only failed ones
         self._version = 0
         self._rotation = itertools.count()
+        self._suspects: dict[str, float] = {}  # address -> until when (monotonic ms) it is asked last
 
     # ---------------------------------------------------------------------------------- metadata
 
@@ -143,7 +150,7 @@ class ClusterClient:
             self._update_requested = False
             request = broker_pb2.MetadataRequest(topics=sorted(self._topics))
             try:
-                response = self.call_any("Metadata", request)
+                response = self.call_any("Metadata", request, min(self.request_timeout_s, METADATA_ATTEMPT_S))
             except KafkaError:
                 self._next_attempt_ms = started + self.backoff.backoff_ms(self._failures)
                 self._failures += 1
@@ -194,25 +201,38 @@ class ClusterClient:
             return None
         return self.pool.stub(address), address
 
+    def suspect(self, node_id: int, for_ms: float = SUSPECT_MS) -> None:
+        """Ask ``node_id`` last for a while (a request to it went unanswered too long)."""
+        address = self._cluster.address(node_id)
+        if address is not None:
+            self._suspects[address] = self.clock.monotonic_ms() + for_ms
+
     def _candidates(self) -> Iterator[str]:
         known = [b.address for b in self._cluster.brokers.values()]
         if known:
             start = next(self._rotation) % len(known)
             known = known[start:] + known[:start]
-        yield from known
-        yield from (a for a in self._bootstrap if a not in known)
+        everyone = known + [a for a in self._bootstrap if a not in known]
+        now = self.clock.monotonic_ms()
+        suspects = {a for a, until in self._suspects.items() if until > now}
+        yield from (a for a in everyone if a not in suspects)
+        yield from (a for a in everyone if a in suspects)
 
     def call_any(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
-        """Call ``method`` on the first broker that answers; only connection failures move on to the next."""
+        """Call ``method`` on the first broker that answers; only connection failures (and, for Metadata,
+        timeouts) move on to the next."""
         failures: list[str] = []
         for address in self._candidates():
             try:
-                return getattr(self.pool.stub(address), method)(request, timeout=timeout_s or self.request_timeout_s)
+                answer = getattr(self.pool.stub(address), method)(request, timeout=timeout_s or self.request_timeout_s)
             except grpc.RpcError as exc:
                 error = rpc_error(exc, method, address)
-                if not isinstance(error, NetworkError):
+                if not isinstance(error, NetworkError) and not (method == "Metadata" and error.retriable):
                     raise error from None
                 failures.append(str(error))
+                continue
+            self._suspects.pop(address, None)
+            return answer
         raise NetworkError(f"no broker answered {method}: {'; '.join(failures)}")
 
     def call_node(self, node_id: int, method: str, request: Any, timeout_s: float | None = None) -> Any:

@@ -1,51 +1,81 @@
 """Short seeded chaos runs against a real local cluster, one per fault kind: zero anomalies expected.
 
-One cluster (3 controllers, 3 brokers, started as ``odradek up`` starts them) serves the whole module;
-each run uses its own topic. Group consumers run in the last test only: the group coordinator's 50
-``__consumer_offsets`` partitions make every later broker restart slower. Every run is seeded and
-bounded (about 20 s of faults, then recovery and drain); the module takes a few minutes. A failure
-prints the run's report; the history and report stay under pytest's tmp_path.
+One cluster (3 controllers, 3 brokers, started as ``odradek up`` starts them, each node on a loopback
+address and in a cgroup of its own so that links between them can be cut, ``chaos.backends.netcut``)
+serves the whole module; each run uses its own topic. Group consumers run in the last test only: the
+group coordinator's 50 ``__consumer_offsets`` partitions make every later broker restart slower. Every run
+is seeded and bounded (about 20 s of faults, then recovery and drain); the module takes a few minutes. A
+failure prints the run's report; the history and report stay under pytest's tmp_path.
+
+Network partitions (isolate, isolate-one-way, brokers from controllers, the leader on the minority and on
+the majority side) need root, iptables and cgroup v2: the fixture installs iptables with apt-get when it
+is missing; every rule it adds is removed when the module ends, passed or failed (``LocalBackend.close``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
-from chaos.backends import Backend, Capability, NodeState, UnsupportedFault
+from chaos.backends import Backend, Capability, NodeState
 from chaos.backends.local import LocalBackend, plan_on_free_ports
-from chaos.faults import Timing
+from chaos.backends.netcut import COMMENT_PREFIX
+from chaos.faults import PARTITION_KINDS, Timing
 from chaos.runner import RunConfig, RunResult, cluster_configs, run
 from controller.launcher import wait_until
+from proto import broker_pb2, broker_pb2_grpc
 
 pytestmark = pytest.mark.chaos
 
-TIMING = Timing(quiet_s=(2.0, 4.0), hold_s=(4.0, 7.0), pause_s=9.0, recover_timeout_s=60.0)
+TIMING = Timing(quiet_s=(2.0, 4.0), hold_s=(4.0, 7.0), pause_s=3.0, recover_timeout_s=60.0)
 DURATION_S = 20.0
+
+
+def ensure_iptables() -> None:
+    """Install iptables with apt-get when it is missing (CI runs as root on a machine that may lack it)."""
+    if shutil.which("iptables") is not None:
+        return
+    for argv in (["apt-get", "update"], ["apt-get", "install", "-y", "iptables"]):
+        subprocess.run(argv, check=True, capture_output=True, timeout=600,
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBackend]:
+    ensure_iptables()
     broker_config, controller_config = cluster_configs()
-    with LocalBackend.start(tmp_path_factory.mktemp("chaos-cluster"), controllers=3, brokers=3,
+    with LocalBackend.start(tmp_path_factory.mktemp("chaos-cluster"), controllers=3, brokers=3, isolation=True,
                             broker_config=broker_config, controller_config=controller_config) as started:  # fmt: skip
         yield started
+    assert not _our_rules(), "the backend left iptables rules behind"
 
 
-def chaos_run(backend: Backend, tmp_path: Path, kind: str, seed: int, group_members: int = 0) -> RunResult:
-    config = RunConfig(duration_s=DURATION_S, seed=seed, faults=(kind,), out_dir=tmp_path / kind,
-                       topic=f"chaos-{kind}-{seed}", partitions=4, rate=100.0, timing=TIMING,
+def _our_rules() -> list[str]:
+    listed = subprocess.run(["iptables", "-w", "-S", "OUTPUT"], capture_output=True, text=True, check=True)
+    return [line for line in listed.stdout.splitlines() if COMMENT_PREFIX in line and f":{os.getpid()}-" in line]
+
+
+def chaos_run(
+    backend: Backend, tmp_path: Path, kind: str, seed: int, group_members: int = 0, *, duration_s: float = DURATION_S,
+) -> RunResult:  # fmt: skip
+    kinds = tuple(kind.split(","))
+    config = RunConfig(duration_s=duration_s, seed=seed, faults=kinds, out_dir=tmp_path / kinds[0],
+                       topic=f"chaos-{kinds[0]}-{seed}", partitions=4, rate=100.0, timing=TIMING,
                        group_members=group_members, drain_timeout_s=60.0)  # fmt: skip
     lines: list[str] = []
     result = run(config, backend, out=lines.append)
     assert result.passed, "\n".join(lines) + "\n" + result.report
-    assert result.summary["faults"]["by_kind"].get(kind, 0) >= 1, result.report
+    for one in kinds:
+        assert result.summary["faults"]["by_kind"].get(one, 0) >= 1, result.report
+    assert not result.summary["faults"]["skipped"], result.report
     assert result.summary["operations"]["sends"].get("ok", 0) > 0
     return result
 
@@ -60,7 +90,7 @@ def test_kill_and_restart(backend: LocalBackend, tmp_path: Path, kind: str, seed
 def test_pause_longer_than_the_session_timeout(backend: LocalBackend, tmp_path: Path) -> None:
     result = chaos_run(backend, tmp_path, "pause", 4)
     episode = next(e for e in result.summary["episodes"] if e["fault"] == "pause")
-    assert episode["held_s"] > 6.0  # broker.session.timeout.ms of the chaos cluster
+    assert episode["held_s"] > 2.0  # broker.session.timeout.ms of the chaos cluster (the default)
 
 
 def test_kill_two_brokers_writes_stall(backend: LocalBackend, tmp_path: Path) -> None:
@@ -72,12 +102,44 @@ def test_kill_two_brokers_writes_stall(backend: LocalBackend, tmp_path: Path) ->
     assert sum(below["outcomes"].values()) > 0, result.report
 
 
-def test_the_local_backend_refuses_isolate(backend: LocalBackend) -> None:
-    """The local backend has no network namespaces: isolate is refused by name, never silently done
-    (isolation runs on the compose backend, tests/deploy)."""
-    assert Capability.ISOLATE not in backend.capabilities
-    with pytest.raises(UnsupportedFault):
-        backend.isolate("broker-0")
+def test_isolate_the_leader(backend: LocalBackend, tmp_path: Path) -> None:
+    """The leader cut off from every other node both ways: the controller fences it, the others elect."""
+    result = chaos_run(backend, tmp_path, "isolate", 6)
+    episode = next(e for e in result.summary["episodes"] if e["fault"] == "isolate")
+    assert episode["recovered_s"] is not None
+
+
+def test_partitions(backend: LocalBackend, tmp_path: Path) -> None:
+    """One-way isolation, brokers from controllers, the leader (with the active controller) on the minority
+    side and on the majority side: one episode each, the checks unchanged."""
+    chaos_run(backend, tmp_path, ",".join(PARTITION_KINDS), 7, duration_s=4 * (TIMING.quiet_s[1] + TIMING.hold_s[1]))
+
+
+def test_isolation_cuts_links_and_heal_restores_them(backend: LocalBackend) -> None:
+    """The rules: an isolated broker's heartbeats do not reach the controllers (the others' metadata shows it
+    fenced), and the harness's clients still reach it; heal removes every rule of the run."""
+    assert {Capability.ISOLATE, Capability.PARTITION} <= backend.capabilities
+    nodes = {n.name: n for n in backend.nodes()}
+    assert len({n.address.rpartition(":")[0] for n in nodes.values()}) == 6  # a loopback address per node
+    with grpc.insecure_channel(nodes["broker-0"].address) as channel, \
+            grpc.insecure_channel(nodes["broker-2"].address) as isolated:  # fmt: skip
+        witness, cut_off = broker_pb2_grpc.BrokerStub(channel), broker_pb2_grpc.BrokerStub(isolated)  # type: ignore[no-untyped-call]
+
+        def fenced() -> list[int]:
+            answer = witness.DescribeCluster(broker_pb2.DescribeClusterRequest(), timeout=10)
+            return sorted(b.node_id for b in answer.brokers if b.fenced)
+
+        try:
+            backend.isolate("broker-2")
+            assert {n.name: n.state for n in backend.nodes()}["broker-2"] is NodeState.ISOLATED
+            assert len(_our_rules()) == 10  # both ways between broker-2 and the 5 other nodes
+            wait_until(lambda: fenced() == [2], 30.0, "broker-2 fenced")
+            assert cut_off.DescribeCluster(broker_pb2.DescribeClusterRequest(), timeout=10).brokers  # still reached
+            backend.heal("broker-2")
+            assert _our_rules() == []
+            wait_until(lambda: fenced() == [], 30.0, "broker-2 back")
+        finally:
+            backend.heal_network()
 
 
 def test_backend_states(backend: LocalBackend) -> None:

@@ -74,6 +74,7 @@ class FakeCluster:
         self.admin_errors: dict[str, deque[str]] = {}  # rpc -> top-level error codes
         self.produce_gate = threading.Event()
         self.produce_gate.set()
+        self.paused: set[int] = set()  # brokers whose Produce and Metadata calls hang (SIGSTOPped), up to 30 s
         self.calls: list[tuple[int, str, Any]] = []
         self.servers: dict[int, grpc.Server] = {}
         self.ports: dict[int, int] = {}
@@ -184,9 +185,17 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
     def _record(self, rpc: str, request: Any) -> None:
         self.cluster.calls.append((self.node_id, rpc, request))
 
+    def _hold_while_paused(self, context: Any) -> None:
+        """Under the lock: a paused broker answers nothing (bounded, 30 s) until unpaused or the call ends."""
+        c = self.cluster
+        deadline = time.monotonic() + 30
+        while self.node_id in c.paused and context.is_active() and time.monotonic() < deadline:
+            c.lock.wait(0.05)
+
     def Metadata(self, request: broker_pb2.MetadataRequest, context: Any) -> broker_pb2.MetadataResponse:
         c = self.cluster
         with c.lock:
+            self._hold_while_paused(context)
             self._record("Metadata", request)
             names = list(c.topics) if request.all_topics else list(request.topics)
             topics = []
@@ -227,6 +236,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
         with c.lock:
             c.produce_active += 1
             c.produce_active_max = max(c.produce_active_max, c.produce_active)
+            self._hold_while_paused(context)
         c.produce_gate.wait(30)
         with c.lock:
             c.produce_active -= 1

@@ -22,6 +22,7 @@ from proto import controller_pb2 as pb
 from tests.controller.conftest import CoreHarness, incarnation, make_harness
 
 SESSION_MS = 2000  # broker.session.timeout.ms default (Kafka's is 9000)
+ELR_OFF = {"eligible.leader.replicas.enable": "false"}
 
 
 # --- registration ---------------------------------------------------------------------------------
@@ -237,8 +238,10 @@ def test_fencing_a_follower_shrinks_the_isr_and_keeps_the_leader(harness: CoreHa
     assert (reg.leader, reg.isr, reg.leader_epoch, reg.partition_epoch) == (0, (0, 1), 0, 1)
 
 
-def test_isr_never_becomes_empty_the_last_member_stays_without_leader(harness: CoreHarness) -> None:
-    """E4: fencing the last ISR member leaves it in the ISR with leader -1 (offline), as Kafka does."""
+def test_isr_never_becomes_empty_the_last_member_stays_without_leader() -> None:
+    """E4 (eligible leader replicas off): fencing the last ISR member leaves it in the ISR with leader -1
+    (offline), as Kafka 3 does."""
+    harness = make_harness(ELR_OFF)
     harness.start_brokers([0, 1])
     harness.create_topic("t", assignments=[[0, 1]], partitions=-1, rf=-1)
     harness.heartbeat(1, want_fence=True)
@@ -355,8 +358,10 @@ def test_controlled_shutdown_of_a_broker_leading_nothing_is_immediate(harness: C
     assert harness.partition("t").isr == (0,)
 
 
-def test_controlled_shutdown_of_the_sole_isr_member_takes_the_partition_offline(harness: CoreHarness) -> None:
-    """H5, E4: with no other eligible ISR member the partition goes offline (leader -1), ISR kept."""
+def test_controlled_shutdown_of_the_sole_isr_member_takes_the_partition_offline() -> None:
+    """H5, E4 (eligible leader replicas off): with no other eligible ISR member the partition goes offline
+    (leader -1), ISR kept."""
+    harness = make_harness(ELR_OFF)
     harness.start_brokers([0, 1])
     harness.create_topic("t", assignments=[[0]], partitions=-1, rf=-1)
     harness.heartbeat(0, want_shut_down=True)

@@ -22,24 +22,29 @@ STEPS = 250
 BROKERS = 5
 
 
-def check_invariants(image: MetadataImage, *, after_tick: bool) -> None:
-    """The rules every committed image obeys (E1-E4, H5, A7)."""
+def check_invariants(image: MetadataImage, *, after_tick: bool, elr: bool) -> None:
+    """The rules every committed image obeys (E1-E4, E6, H5, A7; with eligible leader replicas ELR1)."""
     for tp, reg in image.all_partitions():
-        assert reg.isr, f"{tp}: empty ISR (E4)"
+        if not elr:
+            assert reg.isr, f"{tp}: empty ISR (E4)"
+            assert (reg.elr, reg.last_known_elr) == ((), ()), f"{tp}: an ELR with eligible leader replicas off"
+        assert not set(reg.elr) & set(reg.isr), f"{tp}: ELR {reg.elr} and ISR {reg.isr} overlap (ELR1)"
         if reg.leader != NO_LEADER:
             assert is_eligible(image.broker(reg.leader)), f"{tp}: leader {reg.leader} is not eligible (E1, H5)"
-        if len(reg.isr) > 1:
+        if len(reg.isr) > 1 or (elr and reg.isr):
             bad = [b for b in reg.isr if not is_eligible(image.broker(b))]
             assert not bad, f"{tp}: ineligible {bad} in ISR {reg.isr} (E4, A7)"
         if after_tick and reg.leader == NO_LEADER:
-            live = [b for b in reg.isr if is_eligible(image.broker(b))]
-            assert not live, f"{tp}: offline though ISR members {live} could lead (E2)"
+            live = [b for b in (*reg.isr, *reg.elr) if is_eligible(image.broker(b))]
+            assert not live, f"{tp}: offline though ISR or ELR members {live} could lead (E2, E6)"
 
 
 class Simulation:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
-        props = {"broker.session.timeout.ms": "3000", "leader.imbalance.check.interval.seconds": "5"}
+        self.elr = seed % 2 == 0  # eligible leader replicas on for even seeds
+        props = {"broker.session.timeout.ms": "3000", "leader.imbalance.check.interval.seconds": "5",
+                 "eligible.leader.replicas.enable": str(self.elr).lower()}  # fmt: skip
         self.h: CoreHarness = make_harness(props, seed=seed)
         self.generation: dict[int, int] = {}
         self.topic_count = 0
@@ -109,7 +114,10 @@ class Simulation:
             return
         request = pb.AlterConfigsRequest()
         res = request.resources.add(resource_type="topic", resource_name=self.rng.choice(names))
-        res.entries.add(key="unclean.leader.election.enable", value=self.rng.choice(["true", "false"]))
+        if self.rng.random() < 0.5:
+            res.entries.add(key="unclean.leader.election.enable", value=self.rng.choice(["true", "false"]))
+        else:
+            res.entries.add(key="min.insync.replicas", value=self.rng.choice(["1", "2", "3"]))
         self.h.call("AlterConfigs", request)
 
 
@@ -119,7 +127,7 @@ def test_random_runs_keep_the_invariants(seed: int) -> None:
     for i in range(STEPS):
         was_tick = sim.step()
         try:
-            check_invariants(sim.h.image, after_tick=was_tick)
+            check_invariants(sim.h.image, after_tick=was_tick, elr=sim.elr)
         except AssertionError as exc:
             raise AssertionError(f"seed {seed}, step {i}: {exc}\n{sim.h.image.describe()}") from None
     assert sim.h.image.offset > 20  # the run did something

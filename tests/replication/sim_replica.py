@@ -1,5 +1,13 @@
 """One simulated replica: the driver of the pure cores over an in-memory log (see ``tests/replication/sim.py``).
 
+Durability as on a broker (``replication/unified_log.py``): the epoch cache is saved (``durable_cache``)
+whenever it changes, before the entries that start a new epoch are appended (EC4, ``EPOCH_SAVE_FIRST``);
+``flushed`` is the log's durable prefix. A kill keeps the whole log, a power loss only the flushed prefix;
+recovery cuts the saved cache to the log (EC3) and reads the epochs of the entries from the flushed point
+on (EC5, ``RECOVER_EPOCHS``). A follower truncates where the leader's epochs say, below its high watermark
+too (TR7, ``TRUNCATE_BELOW_HW``). The three switches exist so that the tests can show the simulation
+catches the old behaviour.
+
 Not thread-safe: the simulation's one thread drives it.
 """
 
@@ -34,6 +42,13 @@ from tests.replication.sim import (
 )
 
 Send = Callable[[int, Body], None]
+EPOCH_SAVE_FIRST = True  # EC4
+RECOVER_EPOCHS = True  # EC5
+TRUNCATE_BELOW_HW = True  # TR7
+
+
+class CrashNow(Exception):  # noqa: N818 (not an error: the replica dies at this point)
+    """Raised inside an append that was told to crash between its two durable steps."""
 
 
 @dataclass(slots=True)
@@ -47,20 +62,23 @@ class PendingProduce:
 class SimReplica:
     """A broker's replica of the partition: leader or follower by the metadata it receives."""
 
-    def __init__(self, broker_id: int, clock: ManualClock, send: Send) -> None:
+    def __init__(self, broker_id: int, clock: ManualClock, send: Send, min_isr: int = MIN_ISR) -> None:
         self.id = broker_id
+        self.min_isr = min_isr  # HW8 (0: eligible leader replicas off)
         self._clock = clock
         self._send = send
         self.alive = True
         self.log: list[Entry] = []
         self.flushed = 0
         self.cache = LeaderEpochCache()
-        self.flushed_cache = LeaderEpochCache()
+        self.durable_cache = LeaderEpochCache()
         self.high_watermark = 0
         self.hw_checkpoint = 0
         self.acked: dict[int, Entry] = {}  # filled by produce completions, read by the simulation
         self.registered_at = (-1, -1)  # (leader epoch, partition epoch) when this life registered
         self.broker_epoch = 0
+        self.crash_in_next_epoch_append = False  # the fault "crash between append and epoch checkpoint"
+        self.truncated_below_hw = 0  # TR7 truncations seen (lossy episodes only)
         self._reset_volatile()
 
     def _reset_volatile(self) -> None:
@@ -82,17 +100,41 @@ class SimReplica:
 
     def flush(self) -> None:
         self.flushed = len(self.log)
-        self.flushed_cache = LeaderEpochCache(list(self.cache.entries))
         self.hw_checkpoint = self.high_watermark
 
-    def crash(self) -> None:
-        """Lose everything not flushed; the high watermark comes back from its checkpoint, capped (HW3)."""
+    def _save_cache(self) -> None:
+        self.durable_cache = LeaderEpochCache(list(self.cache.entries))
+
+    def crash(self, *, power: bool) -> int:
+        """Die: a power loss loses the unflushed log, a kill keeps it. The cache comes back from its file, cut
+        to the log (EC3) and completed from the entries recovery re-read (EC5); the high watermark from its
+        checkpoint, capped (HW3). Returns how many entries were lost."""
         self.alive = False
-        del self.log[self.flushed :]
-        self.cache = LeaderEpochCache(list(self.flushed_cache.entries))
+        lost = len(self.log) - self.flushed if power else 0
+        del self.log[len(self.log) - lost :]
+        self.cache = LeaderEpochCache(list(self.durable_cache.entries))
         self.cache.truncate_from_end(len(self.log))
+        if RECOVER_EPOCHS:
+            for offset in range(min(self.flushed, len(self.log)), len(self.log)):
+                if self.log[offset].epoch > self.cache.latest_epoch:
+                    self.cache.assign(self.log[offset].epoch, offset)
+        self._save_cache()
+        self.flushed = len(self.log)  # recovery scanned it: what is there now is what the disk has
         self.high_watermark = min(self.hw_checkpoint, len(self.log))
         self._reset_volatile()
+        return lost
+
+    def epochs_cover_log(self) -> bool:
+        """Every epoch the log holds is in the cache, starting at or before its first entry (EC1-EC5)."""
+        seen: dict[int, int] = {}
+        for offset, entry in enumerate(self.log):
+            seen.setdefault(entry.epoch, offset)
+        for epoch, first in seen.items():
+            found = self.cache.end_offset_for(epoch, len(self.log))
+            start = next((e.start_offset for e in self.cache.entries if e.leader_epoch == epoch), None)
+            if found.leader_epoch != epoch or start is None or start > first:
+                return False
+        return True
 
     def restart(self, broker_epoch: int, registered_at: tuple[int, int]) -> None:
         """Back, registered when the partition was at ``registered_at``: older metadata (still in flight, or
@@ -122,9 +164,12 @@ class SimReplica:
     def _become_leader(self, md: Metadata) -> None:
         self._fail_produces()
         self.role, self.leader_id, self.leader_epoch = "leader", self.id, md.leader_epoch
-        self.cache.assign(md.leader_epoch, len(self.log))
+        if self.cache.assign(md.leader_epoch, len(self.log)):
+            self._save_cache()  # before the epoch's first entry (EC4)
         self.epoch_start_offset = len(self.log)
-        self.hw_state = HighWatermark.start(self.id, REPLICAS, md.isr, self.high_watermark, len(self.log))
+        self.hw_state = HighWatermark.start(
+            self.id, REPLICAS, md.isr, self.high_watermark, len(self.log), min_isr=self.min_isr
+        )
         self.isr_state = IsrState(self.id, md.leader_epoch, md.partition_epoch, frozenset(md.isr))
         self.leader_since_ms = self._clock.monotonic_ms()
         self._sync_high_watermark()
@@ -261,11 +306,16 @@ class SimReplica:
 
     def _truncate(self, offset: int) -> None:
         if offset < self.high_watermark:
-            raise Violation(f"replica {self.id}: truncation to {offset} below its high watermark {self.high_watermark}")
+            if not TRUNCATE_BELOW_HW:
+                offset = self.high_watermark  # the old rule: capped at the high watermark
+            else:
+                self.truncated_below_hw += 1  # TR7: the leader's log is the truth (the simulation judges it)
         del self.log[offset:]
         self.flushed = min(self.flushed, offset)
-        self.cache.truncate_from_end(offset)
-        self.flushed_cache.truncate_from_end(offset)
+        self.high_watermark = min(self.high_watermark, len(self.log))
+        self.hw_checkpoint = min(self.hw_checkpoint, len(self.log))
+        if self.cache.truncate_from_end(len(self.log)):
+            self._save_cache()
 
     def on_fetch_response(self, resp: FetchResp) -> None:
         if self.phase != "fetching" or resp.leader_epoch != self.leader_epoch or resp.error:
@@ -273,10 +323,26 @@ class SimReplica:
         if resp.fetch_offset != len(self.log):
             return  # an answer to an older request
         for entry in resp.entries:
-            self.cache.assign(entry.epoch, len(self.log))
-            self.log.append(entry)
+            if entry.epoch <= self.cache.latest_epoch:
+                self.log.append(entry)
+                continue
+            self.cache.assign(entry.epoch, len(self.log))  # a new epoch starts here: EC4
+            if EPOCH_SAVE_FIRST:
+                self._save_cache()
+                self._crash_point()
+                self.log.append(entry)
+            else:
+                self.log.append(entry)
+                self._crash_point()
+                self._save_cache()
         self.high_watermark = max(self.high_watermark, min(resp.high_watermark, len(self.log)))
         self.request_sent_ms = -1e18 if resp.entries else self.request_sent_ms
+
+    def _crash_point(self) -> None:
+        """Between the two durable steps of a new epoch's first append (checkpoint, entry)."""
+        if self.crash_in_next_epoch_append:
+            self.crash_in_next_epoch_append = False
+            raise CrashNow
 
     # -------------------------------------------------------------------------------------- tick
 

@@ -10,6 +10,7 @@ import pytest
 
 from log.clock import ManualClock
 from log.config import LogConfig
+from log.errors import CorruptRecordError
 from log.log import Log
 from log.record import build_batch
 from replication.epoch_cache import CHECKPOINT_NAME, EpochEndOffset
@@ -107,3 +108,60 @@ def test_hw7_a_follower_fetch_from_a_new_life_restarts_its_progress() -> None:
     assert hw.followers[2].broker_epoch == 8
     assert hw.followers[2].log_end_offset == 4
     assert hw.followers[2].last_caught_up_ms == -1.0
+
+
+class Crash(Exception):
+    """The process dies here (kill -9): nothing after this point happens."""
+
+
+def test_ec4_a_kill_between_the_batch_and_the_checkpoint_leaves_no_epoch_missing(
+    log: Log, log_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16 item 2: a follower appends the first batch of epoch 3; the process dies where the old code
+    had written the batch but not yet the checkpoint. After the restart the cache covers every batch."""
+    p = Partition("id", "t", 0, log, 1, ManualClock())
+    assert p.make_follower(Reg((0, 1), (0, 1), 0, leader_epoch=3))
+    p.append_as_follower(build_batch([b"x"] * 2, timestamp_ms=START_MS, partition_leader_epoch=2), 0, 3)
+
+    def die(*args: object) -> None:
+        raise Crash
+
+    monkeypatch.setattr("replication.epoch_cache.save", die)
+    with pytest.raises(Crash):
+        p.append_as_follower(build_batch([b"y"], timestamp_ms=START_MS, base_offset=2, partition_leader_epoch=3), 0, 3)
+    monkeypatch.undo()
+    assert p.log_end_offset == 2  # EC4: the checkpoint first, so the batch was not written either
+    again = Partition("id", "t", 0, Log.open(log_dir, LogConfig(), ManualClock()), 1, ManualClock())  # no clean close
+    in_log = {2: 0, 3: 2} if again.log_end_offset == 3 else {2: 0}
+    assert dict(again.leader_epoch_entries) == in_log
+    again.close()
+
+
+def test_ec5_after_an_unclean_shutdown_the_cache_is_completed_from_the_recovered_batches(
+    log: Log, log_dir: Path
+) -> None:
+    """Issue 16 item 2: a checkpoint older than the log (lost, or written by a version that appended first)
+    misses epoch 5; opening without a clean shutdown reads the epochs of the recovered batches."""
+    p = Partition("id", "t", 0, log, 0, ManualClock())
+    lead(p, 2)
+    p.append_as_leader(records(3), acks=1)
+    old_file = (log_dir / CHECKPOINT_NAME).read_text()
+    lead(p, 5)
+    p.append_as_leader(records(2), acks=1)
+    (log_dir / CHECKPOINT_NAME).write_text(old_file)  # the process died with this file on disk
+    again = Partition("id", "t", 0, Log.open(log_dir, LogConfig(), ManualClock()), 0, ManualClock())
+    assert again.leader_epoch_entries == ((2, 0), (5, 3))
+    assert (log_dir / CHECKPOINT_NAME).read_text() == "0\n2\n2 0\n5 3\n"
+    again.close()
+
+
+def test_ec4_a_refused_follower_append_restores_the_entries(log: Log, log_dir: Path) -> None:
+    p = Partition("id", "t", 0, log, 1, ManualClock())
+    assert p.make_follower(Reg((0, 1), (0, 1), 0, leader_epoch=4))
+    p.append_as_follower(build_batch([b"x"], timestamp_ms=START_MS, partition_leader_epoch=2), 0, 4)
+    bad = bytearray(build_batch([b"y"], timestamp_ms=START_MS, base_offset=1, partition_leader_epoch=4))
+    bad[-1] ^= 0xFF  # fails its CRC
+    with pytest.raises(CorruptRecordError):
+        p.append_as_follower(bytes(bad), 0, 4)
+    assert p.leader_epoch_entries == ((2, 0),)
+    assert (log_dir / CHECKPOINT_NAME).read_text() == "0\n1\n2 0\n"

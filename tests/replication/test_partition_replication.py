@@ -77,6 +77,30 @@ def test_tr3_follower_truncates_where_the_epochs_split(follower: Partition, cloc
     assert not follower.truncate_as_follower(0, 1)  # a stale epoch does nothing
 
 
+def test_tr7_a_leader_that_ends_below_the_followers_hw_is_followed_anyway(
+    leader: Partition, follower: Partition, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 16 item 1: the follower saw 5 records committed; the new leader (elected uncleanly) has 2.
+    The follower truncates to 2 and lowers its HW (with a warning), then takes the leader's new records."""
+    leader.append_as_leader(records(2), acks=1)
+    leader.append_as_leader(records(3), acks=1)
+    replicate(leader, follower)
+    replicate(leader, follower, replica_id=2)
+    replicate(leader, follower)
+    assert (follower.log_end_offset, follower.high_watermark) == (5, 5)
+    assert follower.make_follower(Reg((0, 1, 2), (0,), 0, leader_epoch=2, partition_epoch=2))
+    decision = follower.decide_truncation(follower.latest_epoch, EpochEndOffset(1, 2))  # the leader's epoch 1 ends at 2
+    assert decision.truncate_to == 2
+    assert follower.truncate_as_follower(decision.truncate_to, 2)
+    assert (follower.log_end_offset, follower.high_watermark) == (2, 2)
+    assert "below the high watermark 5" in caplog.text
+    assert follower.leader_epoch_entries == ((1, 0),)
+    other = build_batch([b"new"] * 3, timestamp_ms=START_MS, base_offset=2, partition_leader_epoch=2)
+    assert follower.append_as_follower(other, 5, 2) is not None  # offsets 2-4 now hold the leader's records
+    assert (follower.log_end_offset, follower.high_watermark) == (5, 5)
+    assert follower.leader_epoch_entries == ((1, 0), (2, 2))
+
+
 def test_restart_at_the_leaders_log_start(follower: Partition) -> None:
     assert follower.restart_at(40, follower.leader_epoch)
     assert (follower.log_start_offset, follower.log_end_offset, follower.high_watermark) == (40, 40, 40)

@@ -18,6 +18,7 @@ from tests.broker.cluster import Cluster
 
 GROUP_CONFIG = {
     "offsets.topic.num.partitions": "3",
+    "offsets.topic.replication.factor": "1",  # the one-broker clusters below (a 3-broker test sets 3)
     "group.consumer.heartbeat.interval.ms": "200",
     "group.consumer.session.timeout.ms": "6000",
     "group.consumer.min.session.timeout.ms": "1000",
