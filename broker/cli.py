@@ -170,8 +170,11 @@ def run(args: argparse.Namespace) -> int:
     )
     options = build_options(args)
     from broker.handlers.describe_cluster import refresh_quorum
+    from broker.resources import raise_open_files_limit
     from broker.server import BrokerServer
     from log.errors import LogError
+
+    raise_open_files_limit()
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -25,11 +25,13 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
     auto.create.topics.enable                      false        NOT Kafka's default (true): a Metadata request
                                                                 for an unknown topic creates it only if set
     socket.request.max.bytes                       104857600    the largest request the broker accepts
-    queued.max.requests                            500          concurrent requests over which gRPC refuses
-    num.io.threads                                 128          gRPC worker threads (Kafka: 8); a long-polling
-                                                                fetch or an acks=all produce holds one while
-                                                                it waits, so size it above the expected number
-                                                                of concurrent long polls
+    queued.max.requests                            500          concurrent short requests over which gRPC
+                                                                refuses (long polls have room of their own:
+                                                                2 x purgatory.max.operations)
+    num.io.threads                                 128          gRPC worker threads for the short requests
+                                                                (Kafka: 8); long polls (Fetch, acks=all Produce)
+                                                                wait without one; a batch held for its turn (S8)
+                                                                keeps one, at most a quarter of them at once
     controlled.shutdown.enable                     true
     controlled.shutdown.timeout.ms                 30000        not Kafka's: bound on the controlled shutdown
     purgatory.max.operations                       10000        not Kafka's: bound on waiting fetches and
@@ -58,7 +60,10 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
     socket.sendfile.enable                         true         not Kafka's: Kafka-listener fetches send
                                                                 segment bytes with sendfile (false: copy)
     producer.id.expiration.ms                      86400000     an idempotent producer's partition state goes
-                                                                this long after its last batch's timestamp
+                                                                this long after this broker last wrote one of
+                                                                its batches (broker time, not the batch's)
+    producer.id.max.per.partition                  1000         not Kafka's: producers remembered per partition;
+                                                                a new one beyond it evicts the least recent
     producer.id.expiration.check.interval.ms       600000       how often partitions look for expired producers
     transactional.id.expiration.ms                 604800000    accepted (transactions are not supported)
     log.cleaner.enable                             true         run the log cleaner (compacted topics)
@@ -153,6 +158,7 @@ _BROKER_ONLY = [
     _key("socket.sendfile.enable", _BOOL, "true"),
     _key("producer.id.expiration.ms", _INT, "86400000", 1),
     _key("producer.id.expiration.check.interval.ms", _INT, "600000", 1),
+    _key("producer.id.max.per.partition", _INT, "1000", 1),
     _key("transactional.id.expiration.ms", _INT, "604800000", 1),
     # the log cleaner (log/cleaner/, broker.maintenance.make_log_cleaner)
     _key("log.cleaner.enable", _BOOL, "true"),

@@ -10,7 +10,8 @@
    The controller unfences the broker once that offset reaches its epoch (caught up); the metadata thread
    wakes this one as soon as it gets there, so unfencing does not wait a whole interval. STALE_BROKER_EPOCH
    (the registration was replaced or removed) registers again with the same incarnation.
-3. Controlled shutdown: heartbeats with ``want_shut_down`` (every 100 ms) until the controller answers
+3. When the log dir goes offline (``log_dir_failed``), every heartbeat asks to be fenced (``want_fence``).
+4. Controlled shutdown: heartbeats with ``want_shut_down`` (every 100 ms) until the controller answers
    ``should_shut_down`` (it moved this broker's leaderships away first) or the bound passes; when no
    controller answers two heartbeats in a row (1 s each), the broker shuts down uncontrolled.
 """
@@ -70,6 +71,7 @@ class BrokerLifecycle:
         self.unfenced = threading.Event()
         self.shut_down_allowed = threading.Event()
         self._want_shut_down = False
+        self._want_fence = False  # the log dir is offline: stay fenced, lead nothing
         self.uncontrolled = False  # the controlled shutdown gave up: no controller answered
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -93,6 +95,13 @@ class BrokerLifecycle:
         """The metadata thread published an image: heartbeat at once if that catches this broker up."""
         if self.registered.is_set() and not self.unfenced.is_set() and image_offset >= self.broker_epoch:
             self.wake()
+
+    def log_dir_failed(self) -> None:
+        """The log dir went offline: heartbeat at once, and from now on, with ``want_fence`` (the controller
+        fences this broker and moves its leaderships and ISR seats to others; Kafka's brokers report offline
+        log dirs in their heartbeats)."""
+        self._want_fence = True
+        self.wake()
 
     def controlled_shutdown(self, timeout_s: float) -> bool:
         """Ask to shut down and wait (bounded) until the controller allows it; True when it did (False also
@@ -156,7 +165,7 @@ class BrokerLifecycle:
             broker_id=self.broker_id,
             broker_epoch=self.broker_epoch,
             current_metadata_offset=self._cache.image.offset,
-            want_fence=False,
+            want_fence=self._want_fence,
             want_shut_down=self._want_shut_down,
         )
         timeout_s = SHUTDOWN_HEARTBEAT_TIMEOUT_S if self._want_shut_down else max(1.0, self._interval_s)

@@ -13,6 +13,9 @@ Layout of ``--data-dir`` (INTERFACE.md "On disk", plus Kafka's own broker-level 
     <topic>-<partition>.<hex>-stray/        data this broker holds but the metadata does not assign to it
                                             (kept for an operator, like Kafka's stray logs; never served)
 
+In the last two the topic is cut short when the whole name would pass 255 bytes (:func:`aside_dir_name`,
+as Kafka does): a 249-character topic name is legal, and its directory must still be movable aside.
+
 Order that matters: a deleted partition's directory is renamed (atomically) before its files are removed,
 so a crash never leaves a half-deleted directory under a partition's name.
 """
@@ -41,6 +44,7 @@ HW_CHECKPOINT = "replication-offset-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 DELETE_SUFFIX = "-delete"
 STRAY_SUFFIX = "-stray"
+MAX_NAME_BYTES = 255  # NAME_MAX of the file systems brokers run on
 _PARTITION_DIR = re.compile(r"(?P<topic>[a-zA-Z0-9._-]{1,249})-(?P<partition>0|[1-9][0-9]{0,9})")
 
 TopicPartition = tuple[str, int]
@@ -48,6 +52,16 @@ TopicPartition = tuple[str, int]
 
 def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
+
+
+def aside_dir_name(name: str, suffix: str, unique: str | None = None) -> str:
+    """``<topic>-<partition>.<uuid>-delete`` (or ``-stray``) for the partition directory ``name``, with the
+    topic cut short so that the name fits :data:`MAX_NAME_BYTES` (Kafka's ``logDirNameWithSuffixCappedLength``):
+    a legal topic name of 249 characters would otherwise make a name longer than file systems allow."""
+    unique = uuid.uuid4().hex if unique is None else unique
+    topic, dash, partition = name.rpartition("-")
+    tail = f"{dash}{partition}.{unique}{suffix}"
+    return topic[: max(0, MAX_NAME_BYTES - len(tail.encode()))] + tail
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
@@ -164,7 +178,7 @@ class LogManager:
         return self._move_aside(log.dir, STRAY_SUFFIX, remove=False)
 
     def _move_aside(self, directory: Path, suffix: str, *, remove: bool) -> Path:
-        target = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{suffix}")
+        target = directory.with_name(aside_dir_name(directory.name, suffix))
         os.replace(directory, target)
         fsync_dir(self.data_dir)
         if remove:

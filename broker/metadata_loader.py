@@ -13,7 +13,10 @@ Loop (Kafka's ``MetadataLoader`` + ``BrokerMetadataPublisher``, one thread):
 
 A record that does not replay (:class:`~controller.errors.MetadataError`) means a corrupt log or a bug:
 the thread stops and records ``failure``; the broker process exits non-zero (the module docstring of
-``controller.image.delta`` says why it must not skip it).
+``controller.image.delta`` says why it must not skip it). A file system that refuses what a change needs
+(an ``OSError``: no space, a name too long, a file where a directory must go) is not a reason to stop: the
+log dir goes offline (:meth:`~broker.replica_manager.ReplicaManager.take_log_dir_offline`), the broker asks
+the controller to fence it, and the thread goes on publishing images (Kafka's ``LogDirFailureChannel``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from controller.image import (
 )
 from controller.records import decode_record
 from controller.snapshot import decode_snapshot
+from log.errors import StorageError
 from proto import controller_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -93,6 +97,7 @@ class MetadataLoader:
         self._cache = cache
         self._replicas = replicas
         self._on_published = on_published
+        self.on_log_dir_failure: Callable[[], None] | None = None  # after the log dir went offline
         self._stopping = threading.Event()
         self.caught_up = threading.Event()
         self.failure: str | None = None
@@ -170,7 +175,12 @@ class MetadataLoader:
             changes = delta.local_changes(self.broker_id)
             resources = set(delta.changed_configs())
         started = time.monotonic()
-        touched = self._replicas.apply_changes(new, changes, ConfigChanges.of(resources, self.broker_id))
+        try:
+            touched = self._replicas.apply_changes(new, changes, ConfigChanges.of(resources, self.broker_id))
+        except (OSError, StorageError) as exc:  # the file system said no: the log dir goes offline, we go on
+            touched = set()
+            if self._replicas.take_log_dir_offline(f"{type(exc).__name__}: {exc}") and self.on_log_dir_failure:
+                self.on_log_dir_failure()
         self._cache.publish(new)
         self._replicas.complete_delayed(*sorted(touched))
         if changes.deletes or changes.leaders or changes.followers:

@@ -31,7 +31,7 @@ import itertools
 import logging
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
 from log.clock import Clock
@@ -56,6 +56,7 @@ class DelayedOperation(ABC):
         self._check_lock = threading.RLock()  # re-entrant: on_complete may take it to read try_complete's work
         self._completion = threading.Lock()  # acquired exactly once: by whoever completes the operation
         self._done = threading.Event()
+        self._callbacks: list[Callable[[], None]] = []  # run once completed (a long poll's wakeup)
         self._expired = False
         self._purgatory: Purgatory[Any] | None = None
         self._keys: tuple[Key, ...] = ()
@@ -86,10 +87,14 @@ class DelayedOperation(ABC):
         try:
             self.on_complete()
         finally:
-            self._done.set()
+            with self._check_lock:
+                self._done.set()
+                callbacks, self._callbacks = self._callbacks, []
             purgatory = self._purgatory
             if purgatory is not None:
                 purgatory._forget(self)
+            for callback in callbacks:
+                callback()
         return True
 
     def safe_try_complete(self) -> bool:
@@ -116,6 +121,15 @@ class DelayedOperation(ABC):
     def wait(self, timeout_s: float | None) -> bool:
         """Block until completed (True) or ``timeout_s`` passes (False)."""
         return self._done.wait(timeout_s)
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once completed (at once when already): how an ``asyncio`` long poll waits
+        without a thread. It runs on the completing thread and must not block."""
+        with self._check_lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
 
 
 class DeadlineHeap:

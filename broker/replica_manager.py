@@ -21,56 +21,22 @@ ISR has every appended batch, or its timeout. The caller waits on the returned :
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from broker.appends import PendingAppend
 from broker.config import BrokerConfig, effective_log_config
-from broker.delayed_produce import DelayedProduce, ProduceStatus
 from broker.log_manager import LogManager, TopicPartition
 from broker.purgatory import DelayedOperation, Purgatory
 from controller.image import ConfigResource, LocalReplicaChanges, MetadataImage, PartitionRegistration
 from controller.records import ConfigResourceType
-from log.append import AppendInfo
 from log.clock import Clock
 from replication.partition import Partition, Role
 
 logger = logging.getLogger(__name__)
 
-WAIT_SLACK_S = 5.0  # beyond the timeout, in case the purgatory's timer thread is late
-
-
-@dataclass(slots=True)
-class AppendResult:
-    """One partition of an :meth:`ReplicaManager.append_records`: the append's ``info``, or the exception
-    it raised (``exception``; nothing written); for acks=all, once waited, ``status`` says whether the ISR
-    got the records (``status.error`` "" when it did)."""
-
-    key: TopicPartition
-    info: AppendInfo | None = None
-    exception: Exception | None = None
-    status: ProduceStatus | None = None
-
-    @property
-    def replication_error(self) -> str:
-        """acks=all: the error code of the wait ("" once the ISR has the records, or not acks=all)."""
-        return "" if self.status is None else self.status.error
-
-
-class PendingAppend:
-    """What :meth:`ReplicaManager.append_records` did; :meth:`wait` (acks=all) until the ISR has it."""
-
-    def __init__(self, results: list[AppendResult], operation: DelayedProduce | None) -> None:
-        self.results = results
-        self._operation = operation
-
-    def wait(self) -> list[AppendResult]:
-        """Block until the DelayedProduce completed (bounded by its timeout plus :data:`WAIT_SLACK_S`, then
-        expired); returns ``results``."""
-        op = self._operation
-        if op is not None and not op.wait(op.delay_ms / 1000 + WAIT_SLACK_S):
-            op.expire()
-        return self.results
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +86,9 @@ class ReplicaManager:
         self.fetch_purgatory = fetch_purgatory or Purgatory("fetch", clock, max_ops)
         self.produce_purgatory = produce_purgatory or Purgatory("produce", clock, max_ops)
         self._partitions: Mapping[TopicPartition, Partition] = {}
+        self._offline_reason: str | None = None  # set once the log dir failed (take_log_dir_offline)
+        # A batch held for its turn (S8) keeps its request's worker: at most a quarter of them at once.
+        self._held_batch_slots = threading.BoundedSemaphore(max(1, int(config.get("num.io.threads")) // 4))
         # called by the metadata thread after a role change or removal (None) of a partition here (the group
         # coordinator follows __consumer_offsets); must not block
         self.role_listeners: list[Callable[[str, int, Partition | None], None]] = []
@@ -144,37 +113,46 @@ class ReplicaManager:
 
     def append_records(
         self, entries: Sequence[tuple[Partition, bytes | memoryview]], acks: int, timeout_ms: float,
-        *, leader_epoch: int | None = None, wait: bool = True,
+        *, leader_epoch: int | None = None, wait: bool = True, hold: bool = True,
     ) -> PendingAppend:  # fmt: skip
         """Append each ``(partition, records)`` as leader, in order; for ``acks`` -1 park a DelayedProduce
-        (``timeout_ms``) that waits for the ISR. See the module docstring.
+        that waits for the ISR. See the module docstring. ``timeout_ms`` is one deadline for the whole call:
+        batches held for their turn (S8) wait within it, and the DelayedProduce gets what is left of it.
 
         ``leader_epoch``: the epoch the caller checked it leads in (the acks=all wait fails with
         NOT_LEADER_OR_FOLLOWER outside it); by default each partition's epoch just before its append.
         ``wait`` False: nobody will wait (acks=-1 still refuses an ISR below ``min.insync.replicas``), so no
-        DelayedProduce is parked.
+        DelayedProduce is parked. ``hold`` False: a thread that must not wait (the gRPC event loop) stops at
+        the first batch that would be held for its turn; :meth:`PendingAppend.resume` goes on from it later,
+        on a thread that may.
         """
-        results: list[AppendResult] = []
-        for partition, records in entries:
-            result = AppendResult(partition.key)
-            results.append(result)
-            epoch = partition.leader_epoch if leader_epoch is None else leader_epoch  # before the append
-            try:
-                result.info = partition.append_as_leader(records, acks)
-            except Exception as exc:
-                result.exception = exc
-                continue
-            self.complete_delayed(partition.key)  # waiting fetches (and, with ISR = {leader}, produces)
-            if acks == -1 and wait:
-                result.status = ProduceStatus(partition.key, result.info.last_offset + 1, epoch)
-        statuses = [r.status for r in results if r.status is not None]
-        if not statuses:
-            return PendingAppend(results, None)
-        op = DelayedProduce(timeout_ms, statuses, lambda key: self.partition(*key))
-        done = self.produce_purgatory.try_complete_else_watch(op, op.keys)
-        return PendingAppend(results, None if done else op)
+        deadline_ms = self.clock.monotonic_ms() + timeout_ms  # one deadline: held batches, then the ISR wait
+        pending = PendingAppend(self, entries, acks, deadline_ms, leader_epoch, wait)
+        pending.run(hold)
+        return pending
 
     # --- start and stop ----------------------------------------------------------------------------
+
+    # --- the log dir (Kafka's LogDirFailureChannel) ------------------------------------------------------
+
+    @property
+    def offline_reason(self) -> str | None:
+        """Why this broker's log dir is offline (None: online). Any thread."""
+        return self._offline_reason
+
+    def take_log_dir_offline(self, reason: str) -> bool:
+        """The file system refused an operation on the log dir (an ``OSError`` in the metadata thread): stop
+        serving every partition in it, instead of stopping the broker (Kafka's ``LogDirFailureChannel``; with
+        one log dir per broker, every partition). The logs' files are closed without flushing (the disk said
+        no), the partitions leave the map, waiting requests are answered, and from now on requests for them
+        answer KAFKA_STORAGE_ERROR and metadata changes no longer touch the disk. The broker asks to be fenced
+        (``broker.lifecycle``), so the controller moves its leaderships away. True the first time."""
+        if self._offline_reason is not None:
+            return False
+        self._offline_reason = reason
+        logger.error("broker %d: log dir %s is offline: %s", self.broker_id, self.log_manager.data_dir, reason)
+        self.complete_delayed(*self._take_all(Partition.close_handlers, "closing the files of"))
+        return True
 
     def startup(self) -> None:
         """Open every partition directory (role NONE until the metadata speaks about it)."""
@@ -192,11 +170,14 @@ class ReplicaManager:
         logger.info("broker %d: opened %d partition logs", self.broker_id, len(partitions))
 
     def _producer_options(self) -> dict[str, Any]:
-        """The settings every Partition gets (``producer.id.expiration*``, ``eligible.leader.replicas.enable``)."""
+        """The settings every Partition gets (``producer.id.*``, ``eligible.leader.replicas.enable``), and the
+        broker's shared bound on batches held for their turn (S8)."""
         get = self.config.get
         return {
             "producer_id_expiration_ms": int(get("producer.id.expiration.ms")),
             "producer_id_expiration_check_interval_ms": int(get("producer.id.expiration.check.interval.ms")),
+            "producer_id_max": int(get("producer.id.max.per.partition")),
+            "held_batch_slots": self._held_batch_slots,
             "eligible_leader_replicas": bool(get("eligible.leader.replicas.enable")),
         }
 
@@ -205,18 +186,25 @@ class ReplicaManager:
         self.fetch_purgatory.shutdown()
         self.produce_purgatory.shutdown()
         self.checkpoint_high_watermarks()
+        self._take_all(Partition.close, "closing")
+
+    def _take_all(self, close: Callable[[Partition], None], what: str) -> list[TopicPartition]:
+        """Empty the published map and ``close`` every partition that was in it (an error is logged: one
+        partition does not keep the others open); returns their keys."""
         partitions, self._partitions = self._partitions, {}
         for partition in partitions.values():
             try:
-                partition.close()
+                close(partition)
             except Exception:
-                logger.exception("broker %d: closing %s failed", self.broker_id, partition)
+                logger.exception("broker %d: %s %s failed", self.broker_id, what, partition)
+        return list(partitions)
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
         return {key: p.high_watermark for key, p in self._partitions.items()}
 
     def checkpoint_high_watermarks(self) -> None:
-        self.log_manager.write_high_watermarks(self.high_watermarks())
+        if self._offline_reason is None:
+            self.log_manager.write_high_watermarks(self.high_watermarks())
 
     # --- metadata changes (the metadata thread) ----------------------------------------------------
 
@@ -229,6 +217,8 @@ class ReplicaManager:
         operations watching them (so that they answer from the new image).
         """
         touched: set[TopicPartition] = set()
+        if self._offline_reason is not None:
+            return touched  # the log dir is offline: nothing here to follow the metadata with
         for tp in sorted(changes.deletes):
             if self._remove(tp.topic_name, tp.partition, tp.topic_id):
                 touched.add((tp.topic_name, tp.partition))

@@ -2,10 +2,12 @@
 
 Threads and what each owns:
 
-- gRPC worker threads (``num.io.threads``) run the request handlers; a long-polling Fetch or an acks=all
-  Produce holds its worker while it waits in a purgatory;
+- one gRPC event-loop thread per listener, and ``num.io.threads`` gRPC worker threads that run the request
+  handlers; a long-polling Fetch or an acks=all Produce waits in a purgatory on the event loop, holding no
+  worker (``controller.rpc_server``);
 - the metadata thread (:class:`~broker.metadata_loader.MetadataLoader`) is the only writer of the metadata
-  image and of the partition map, and the only caller of role changes;
+  image and of the partition map, and the only caller of role changes; an ``OSError`` there takes the log
+  dir offline (every partition answers KAFKA_STORAGE_ERROR, the broker asks to be fenced) and it goes on;
 - the heartbeat thread (:class:`~broker.lifecycle.BrokerLifecycle`) registers and heartbeats;
 - one reaper thread per purgatory expires waiting operations;
 - the maintenance thread (:class:`~broker.maintenance.LogMaintenance`) runs retention, idle flushes and
@@ -154,6 +156,7 @@ class BrokerServer:
         self.loader = MetadataLoader(
             options.node_id, self.channel, self.metadata, self.replicas, on_published=self._on_published
         )
+        self.loader.on_log_dir_failure = self.lifecycle.log_dir_failed  # stays up, fenced (LogDirFailureChannel)
         self.maintenance = LogMaintenance(self.replicas, config, self.clock)
         self.cleaner = make_log_cleaner(self.replicas, config, self.clock)
         self.fetchers = ReplicaFetcherManager(

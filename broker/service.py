@@ -5,7 +5,10 @@ response (Kafka's names); an exception escaping one is a bug: it is logged and t
 status INTERNAL, and the broker keeps serving. With metrics on, ``_call`` (the one dispatch point) counts
 and times every request (``broker.metrics.requests``). Every server also serves the gRPC health service.
 
-Thread-safety: the servicer holds no state of its own; gRPC calls it from its worker threads.
+Thread-safety: the servicer holds no state of its own. Short RPCs run on the server's worker threads
+(``num.io.threads``); Fetch and Produce are coroutines on the server's event loop that run their reads and
+appends on the same workers and wait (for data, for the ISR) without holding one (``controller.rpc_server``),
+so long polls cannot starve the short requests.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from concurrent import futures
+from concurrent.futures import Executor
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,6 +44,8 @@ from broker.handlers import (
     produce,
 )
 from broker.lifecycle import LISTENER
+from controller.long_poll import Wakeup, run_blocking
+from controller.rpc_server import RpcServer
 from proto import broker_pb2_grpc
 
 if TYPE_CHECKING:
@@ -58,9 +63,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     """Every RPC of the Broker service, as served on one listener (Metadata and DescribeCluster answer its
     endpoints)."""
 
-    def __init__(self, ctx: BrokerContext, listener: str = LISTENER) -> None:
+    def __init__(self, ctx: BrokerContext, listener: str = LISTENER, pool: Executor | None = None) -> None:
         self._ctx = ctx
         self._listener = listener
+        self._pool = pool  # the server's worker pool: where the long polls' reads run
 
     def _call(self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any) -> Resp:
         metrics = self._ctx.metrics
@@ -87,11 +93,69 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     def Metadata(self, request: Any, context: Any) -> Any:
         return self._call(partial(metadata.handle, listener=self._listener), request, context)
 
-    def Produce(self, request: Any, context: Any) -> Any:
-        return self._call(produce.handle, request, context)
+    async def Produce(self, request: Any, context: Any) -> Any:
+        """The appends run on the event loop itself (a worker thread costs two thread switches a request, as
+        much as validating a batch); a batch that must wait for its turn (S8) hands the rest of the request
+        to a worker; an acks=all wait holds no thread."""
+        arrived = time.perf_counter()
+        try:
+            started = produce.begin(self._ctx, request, hold=False)
+        except Exception as exc:
+            self._record_failure(produce.handle, request, arrived)
+            logger.exception("broker %d: produce failed", self._ctx.broker_id)
+            await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {exc!r}")
+            raise
+        if isinstance(started, produce.PendingProduce) and started.pending.held:
+            started = await self._call_blocking(produce.resume, started, context, produce.handle, arrived)
+        if isinstance(started, produce.PendingProduce):
+            request.ClearField("topics")  # the records are written: free them while the ISR catches up
+            op = started.pending.operation
+            assert op is not None
+            wakeup = Wakeup()
+            op.add_done_callback(wakeup.wake)
+            if not await wakeup.wait(started.pending.wait_s):
+                op.expire()
+            started = produce.finish(started)
+        self._record(produce.handle, request, started, arrived)
+        return started
 
-    def Fetch(self, request: Any, context: Any) -> Any:
-        return self._call(fetch.handle, request, context)
+    async def Fetch(self, request: Any, context: Any) -> Any:
+        """A long poll: the reads run on the worker pool, the wait holds no thread (``controller.rpc_server``)."""
+        arrived = time.perf_counter()
+        started = await self._call_blocking(fetch.begin_grpc, request, context, fetch.handle, arrived)
+        if isinstance(started, fetch.PendingFetch):
+            op = started.op
+            wakeup = Wakeup()
+            op.add_done_callback(wakeup.wake)
+            if not await wakeup.wait(started.wait_s):
+                op.expire()
+            started = await self._call_blocking(fetch.finish_grpc, started, context, fetch.handle, arrived)
+        self._record(fetch.handle, request, started, arrived)
+        return started
+
+    def _record(self, handler: Callable[..., Any], request: Any, response: Any, arrived: float) -> None:
+        """The metrics of a request the coroutines above answered (``_call`` counts the others)."""
+        if self._ctx.metrics is not None:
+            self._ctx.metrics.requests.record(handler, request, response, arrived)
+
+    def _record_failure(self, handler: Callable[..., Any], request: Any, arrived: float) -> None:
+        if self._ctx.metrics is not None:
+            self._ctx.metrics.requests.record_failure(handler, request, arrived)
+
+    async def _call_blocking(
+        self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any,
+        counted_as: Callable[..., Any], arrived: float,
+    ) -> Resp:  # fmt: skip
+        """``handler`` on the worker pool; an exception is a bug (logged, counted as ``counted_as``, INTERNAL)."""
+        if self._pool is None:
+            raise RuntimeError("an asynchronous handler needs the server's worker pool")
+        try:
+            return await run_blocking(self._pool, handler, self._ctx, request)
+        except Exception as exc:
+            self._record_failure(counted_as, request, arrived)
+            logger.exception("broker %d: %s failed", self._ctx.broker_id, getattr(handler, "__module__", handler))
+            await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {exc!r}")
+            raise
 
     def ListOffsets(self, request: Any, context: Any) -> Any:
         return self._call(list_offsets.handle, request, context)
@@ -161,32 +225,41 @@ def message_limits(config: BrokerConfig) -> tuple[int, int]:
     return receive, min(send + RESPONSE_SLACK_BYTES, 2**31 - 1)
 
 
+def max_concurrent_rpcs(config: BrokerConfig) -> int:
+    """``queued.max.requests`` for the short requests, plus room for every long poll the purgatories may
+    hold (``purgatory.max.operations`` each; over it a long poll answers at once): long polls alone can never
+    fill the server."""
+    return int(config.get("queued.max.requests")) + 2 * int(config.get("purgatory.max.operations"))
+
+
 def start_grpc_server(
     ctx: BrokerContext, listen: str, *, listener: str = LISTENER, health: HealthReporter | None = None
-) -> grpc.Server:
+) -> RpcServer:
     """Serve the Broker service (and ``health``'s) on ``listen`` for the listener named ``listener``;
-    ``RuntimeError`` when it cannot bind."""
+    ``RuntimeError`` when it cannot bind. Short requests run on ``num.io.threads`` workers; long polls wait
+    without one."""
     receive, send = message_limits(ctx.config)
-    server = grpc.server(
-        futures.ThreadPoolExecutor(
-            max_workers=int(ctx.config.get("num.io.threads")), thread_name_prefix=f"broker-{ctx.broker_id}-rpc"
-        ),
+    holder: list[BrokerService] = []
+
+    def add(server: Any) -> None:
+        service = BrokerService(ctx, listener, rpc.pool)
+        holder.append(service)
+        add_servicer: Any = broker_pb2_grpc.add_BrokerServicer_to_server  # generated code is untyped
+        add_servicer(service, server)
+        if health is not None:
+            health.add_to(server)
+
+    rpc = RpcServer(
+        f"broker-{ctx.broker_id}-{listener.lower()}",
+        listen,
+        add,
+        workers=int(ctx.config.get("num.io.threads")),
+        maximum_concurrent_rpcs=max_concurrent_rpcs(ctx.config),
         options=[
             ("grpc.max_receive_message_length", receive),
             ("grpc.max_send_message_length", send),
             ("grpc.so_reuseport", 0),
         ],
-        maximum_concurrent_rpcs=int(ctx.config.get("queued.max.requests")),
     )
-    add_servicer: Any = broker_pb2_grpc.add_BrokerServicer_to_server  # generated code is untyped
-    add_servicer(BrokerService(ctx, listener), server)
-    if health is not None:
-        health.add_to(server)
-    try:
-        port = server.add_insecure_port(listen)
-    except RuntimeError as exc:
-        raise RuntimeError(f"cannot listen on {listen}: {exc}") from None
-    if port == 0:
-        raise RuntimeError(f"cannot listen on {listen}")
-    server.start()
-    return server
+    rpc.start()
+    return rpc

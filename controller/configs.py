@@ -11,7 +11,8 @@ names the key, for an unknown key or a bad value.
   cluster (``cluster``/``""``, Kafka's cluster-wide default broker config): the broker-level synonyms of
   the topic configs (``log.retention.ms`` for ``retention.ms``, ... :data:`TOPIC_TO_BROKER_KEY`), plus
   ``unclean.leader.election.enable``, ``min.insync.replicas``, ``compression.type``, ``num.partitions``,
-  ``default.replication.factor`` and ``auto.leader.rebalance.enable``, which the active controller reads.
+  ``default.replication.factor``, ``auto.leader.rebalance.enable`` and ``max.broker.partitions``, which the
+  active controller reads.
 - :data:`CONTROLLER_CONFIGS` and :class:`ControllerConfig`: ``odradek controller --config KEY=VALUE``.
 
 Where the controller needs a value it looks, in order, at the topic's config, the cluster config (dynamic,
@@ -189,6 +190,8 @@ _TOPIC_KEYS = [
     _key("flush.messages", LONG, str(LONG_MAX), 1),
     _key("flush.ms", LONG, str(LONG_MAX), 0),
     _key("message.timestamp.type", STRING, "CreateTime", choices=TIMESTAMP_TYPES),
+    _key("message.timestamp.before.max.ms", LONG, str(LONG_MAX), 0),
+    _key("message.timestamp.after.max.ms", LONG, "3600000", 0),  # Kafka 4.0's default (KIP-1030)
     _key("cleanup.policy", LIST, "delete", choices=CLEANUP_POLICIES),
     _key("delete.retention.ms", LONG, "86400000", 0),
     _key("min.compaction.lag.ms", LONG, "0", 0),
@@ -212,6 +215,8 @@ TOPIC_TO_BROKER_KEY: Mapping[str, str] = {
     "flush.messages": "log.flush.interval.messages",
     "flush.ms": "log.flush.interval.ms",
     "message.timestamp.type": "log.message.timestamp.type",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
     "cleanup.policy": "log.cleanup.policy",
     "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
@@ -227,6 +232,8 @@ _CLUSTER_KEYS = [
     _key("num.partitions", INT, "1", 1),
     _key("default.replication.factor", SHORT, "1", 1),
     _key("auto.leader.rebalance.enable", BOOLEAN, "true"),
+    # Not Kafka's (the name of KIP-578, not adopted): partition replicas per broker, checked at creation.
+    _key("max.broker.partitions", INT, "4000", 1),
 ]
 BROKER_CONFIGS = ConfigSchema(
     "broker",
@@ -256,6 +263,10 @@ CONTROLLER_CONFIGS = ConfigSchema(
         _key("controller.request.timeout.ms", INT, "30000", 1),
         _key("metadata.log.max.records.between.snapshots", INT, "10000", 2),
         _key("metadata.log.fsync", BOOLEAN, "true"),
+        # Kafka's names for the request pool and queue; the workers run the controller's short RPCs (a write
+        # holds one until its records commit: Kafka's 8 is too few here); FetchMetadata long polls hold none.
+        _key("num.io.threads", INT, "64", 1, 10_000),
+        _key("queued.max.requests", INT, "500", 1),
     ],
 )
 """``odradek controller --config KEY=VALUE`` keys (static: read at start)."""
@@ -268,6 +279,7 @@ class ControllerConfig:
     num_partitions: int = 1
     default_replication_factor: int = 1
     auto_leader_rebalance_enable: bool = True
+    max_broker_partitions: int = 4000
     unclean_leader_election_enable: bool = False
     eligible_leader_replicas_enable: bool = True
     broker_session_timeout_ms: int = 2000
@@ -278,6 +290,8 @@ class ControllerConfig:
     request_timeout_ms: int = 30_000
     max_records_between_snapshots: int = 10_000
     metadata_log_fsync: bool = True
+    num_io_threads: int = 64
+    queued_max_requests: int = 500
 
     def __post_init__(self) -> None:
         for key, attribute in _CONTROLLER_ATTRIBUTES.items():
@@ -300,6 +314,7 @@ _CONTROLLER_ATTRIBUTES: dict[str, str] = {
     "num.partitions": "num_partitions",
     "default.replication.factor": "default_replication_factor",
     "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
+    "max.broker.partitions": "max_broker_partitions",
     "unclean.leader.election.enable": "unclean_leader_election_enable",
     "eligible.leader.replicas.enable": "eligible_leader_replicas_enable",
     "broker.session.timeout.ms": "broker_session_timeout_ms",
@@ -310,6 +325,8 @@ _CONTROLLER_ATTRIBUTES: dict[str, str] = {
     "controller.request.timeout.ms": "request_timeout_ms",
     "metadata.log.max.records.between.snapshots": "max_records_between_snapshots",
     "metadata.log.fsync": "metadata_log_fsync",
+    "num.io.threads": "num_io_threads",
+    "queued.max.requests": "queued_max_requests",
 }
 assert set(_CONTROLLER_ATTRIBUTES) == set(CONTROLLER_CONFIGS.keys), "every controller key maps to an attribute"
 

@@ -26,7 +26,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 from controller.configs import ControllerConfig
 from controller.core import Command, ControllerCore
 from controller.image import MetadataDelta, MetadataImage
+from controller.long_poll import MAX_WAITING_FETCHES, OffsetWaiters
 from controller.metrics.stats import ControllerStats, count_elections
 from controller.quorum import ApplyEvent, MetadataQuorum, NotActiveError, QuorumTuning, RecordsApplied
 from controller.raft.state import NOT_CONTROLLER, REQUEST_TIMED_OUT, UNEXPECTED_BASE_OFFSET, NeedsSnapshot
@@ -126,6 +127,7 @@ class MetadataPublisher:
         self.image = MetadataImage()
         self.addresses: dict[int, str] = dict(addresses)
         self.quorum: MetadataQuorum | None = None  # set before the quorum starts: a reset reads it
+        self.on_applied: Callable[[], None] = lambda: None  # after every apply (wakes FetchMetadata long polls)
         self.stats = stats or ControllerStats()
 
     def on_apply(self, event: ApplyEvent) -> None:
@@ -143,6 +145,7 @@ class MetadataPublisher:
             self.image = self._rebuild()
             if self.image.controller_address:  # the snapshot keeps the active controller's address
                 self.addresses[self.image.controller_id] = self.image.controller_address
+        self.on_applied()
 
     def _rebuild(self) -> MetadataImage:
         """The image from the quorum's snapshot and the records after it (after a StateReset)."""
@@ -212,6 +215,8 @@ class ControllerServer:
             bind_address=options.raft_listen,
         )
         self.publisher.quorum = self.quorum
+        self.fetch_waiters = OffsetWaiters(MAX_WAITING_FETCHES)
+        self.publisher.on_applied = lambda: self.fetch_waiters.notify(self.quorum.end_offset)
         self.core = ControllerCore(config, clock or MonotonicClock(), rng or random.Random())
         self._queue: queue.Queue[_Request] = queue.Queue(maxsize=config.event_queue_size)
         self._stopping = threading.Event()
@@ -257,6 +262,7 @@ class ControllerServer:
             self._thread.join(5.0)
         self._fail_queued()
         self.quorum.close()  # also wakes long-polling fetches
+        self.fetch_waiters.notify(None)
         if stopped is not None:
             stopped.wait(grace_s + 1.0)
         if self.metrics is not None:

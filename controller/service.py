@@ -5,18 +5,20 @@ the active controller answers NOT_CONTROLLER with a :class:`ControllerHint` nami
 Reads are served by every node from its own committed state: FetchMetadata (long poll; a snapshot first
 when the reader is below the trim point) and DescribeQuorum.
 
-Thread-safety: the servicer holds no state of its own; gRPC calls it from its worker threads.
+Thread-safety: the servicer holds no state of its own. Writes and DescribeQuorum run on the server's worker
+threads; FetchMetadata is a coroutine on its event loop that waits without a thread
+(``controller.rpc_server``), so brokers' long polls cannot starve registrations and heartbeats.
 """
 
 from __future__ import annotations
 
 import logging
-from concurrent import futures
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import grpc
-
+from controller.long_poll import MAX_WAITING_FETCHES, Wakeup, run_blocking
 from controller.raft.state import NeedsSnapshot
+from controller.rpc_server import RpcServer
 from proto import common_pb2, controller_pb2_grpc
 from proto import controller_pb2 as pb
 
@@ -42,7 +44,6 @@ R = TypeVar("R", bound=_Response)
 SERVICE_NAME = "odradek.controller.Controller"  # its name in the gRPC health service
 MAX_MESSAGE_BYTES = 64 << 20
 """gRPC message limit of the service (a metadata snapshot travels in one FetchMetadata answer)."""
-GRPC_WORKERS = 64
 FETCH_MAX_RECORDS = 10_000
 FETCH_DEFAULT_RECORDS = 1000
 FETCH_MAX_BYTES = 8 << 20
@@ -52,8 +53,9 @@ FETCH_MAX_WAIT_MS = 30_000
 class ControllerService(controller_pb2_grpc.ControllerServicer):
     """Every RPC of the Controller service; see the module docstring."""
 
-    def __init__(self, server: ControllerServer) -> None:
+    def __init__(self, server: ControllerServer, pool: Executor | None = None) -> None:
         self._server = server
+        self._pool = pool  # the gRPC server's worker pool: where FetchMetadata reads after its wait
 
     def _write(self, rpc: str, request: Any, response_type: type[R], timeout_ms: int = 0) -> R:
         from controller.server import Unanswered
@@ -96,16 +98,32 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     ) -> pb.AllocateProducerIdsResponse:
         return self._write("AllocateProducerIds", request, pb.AllocateProducerIdsResponse)
 
-    def FetchMetadata(self, request: pb.FetchMetadataRequest, context: Any) -> pb.FetchMetadataResponse:
-        return fetch_metadata(self._server, request)
+    async def FetchMetadata(self, request: pb.FetchMetadataRequest, context: Any) -> pb.FetchMetadataResponse:
+        """A long poll: waits on the event loop for the records (no worker thread), reads on a worker."""
+        server = self._server
+        wait_s = min(max(request.max_wait_ms, 0), FETCH_MAX_WAIT_MS) / 1000.0
+        if request.from_offset >= 0 and wait_s > 0 and server.quorum.end_offset <= request.from_offset:
+            waiter = server.fetch_waiters.add(request.from_offset, Wakeup())
+            if waiter is not None:
+                try:
+                    if server.quorum.end_offset <= request.from_offset:  # a record between the check and add
+                        await waiter.wait(wait_s)
+                finally:
+                    server.fetch_waiters.remove(waiter)
+        if self._pool is None:
+            return fetch_metadata(server, request, wait=False)
+        return await run_blocking(self._pool, fetch_metadata, server, request, False)
 
     def DescribeQuorum(self, request: pb.DescribeQuorumRequest, context: Any) -> pb.DescribeQuorumResponse:
         return describe_quorum(self._server)
 
 
-def fetch_metadata(server: ControllerServer, request: pb.FetchMetadataRequest) -> pb.FetchMetadataResponse:
-    """Committed records from ``from_offset`` (a snapshot first below the trim point); long-polls up to
-    ``max_wait_ms`` when there are none yet."""
+def fetch_metadata(
+    server: ControllerServer, request: pb.FetchMetadataRequest, wait: bool = True
+) -> pb.FetchMetadataResponse:
+    """Committed records from ``from_offset`` (a snapshot first below the trim point); with ``wait``,
+    long-polls up to ``max_wait_ms`` on the calling thread when there are none yet (the service waits on
+    its event loop instead, then calls this with ``wait=False``)."""
     quorum = server.quorum
     response = pb.FetchMetadataResponse(controller=server.hint())
     if request.from_offset < 0:
@@ -113,7 +131,7 @@ def fetch_metadata(server: ControllerServer, request: pb.FetchMetadataRequest) -
         return response
     max_records = min(request.max_records or FETCH_DEFAULT_RECORDS, FETCH_MAX_RECORDS)
     wait_s = min(max(request.max_wait_ms, 0), FETCH_MAX_WAIT_MS) / 1000.0
-    if wait_s > 0 and quorum.end_offset <= request.from_offset:
+    if wait and wait_s > 0 and quorum.end_offset <= request.from_offset:
         quorum.wait_for_offset(request.from_offset, wait_s)
     offset = request.from_offset
     for _ in range(5):  # a fold between reading the snapshot and the records: read again
@@ -156,26 +174,33 @@ def describe_quorum(server: ControllerServer) -> pb.DescribeQuorumResponse:
     return response
 
 
-def start_grpc_server(server: ControllerServer, listen: str, *, health: HealthReporter | None = None) -> grpc.Server:
+def start_grpc_server(server: ControllerServer, listen: str, *, health: HealthReporter | None = None) -> RpcServer:
     """Serve the Controller service (and ``health``'s) on ``listen`` (``host:port``); raises ``RuntimeError`` if
-    it cannot bind."""
-    grpc_server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=GRPC_WORKERS, thread_name_prefix=f"controller-{server.node_id}-grpc"),
+    it cannot bind.
+
+    Writes and DescribeQuorum run on ``num.io.threads`` workers (a write holds its worker until its records
+    commit); FetchMetadata long polls wait on the event loop, at most :data:`MAX_WAITING_FETCHES` of them
+    (more answer at once), and ``queued.max.requests`` more calls may be in progress besides them.
+    """
+    config = server.config
+
+    def add(grpc_server: Any) -> None:
+        add_servicer: Any = controller_pb2_grpc.add_ControllerServicer_to_server  # generated code is untyped
+        add_servicer(ControllerService(server, rpc.pool), grpc_server)
+        if health is not None:
+            health.add_to(grpc_server)
+
+    rpc = RpcServer(
+        f"controller-{server.node_id}",
+        listen,
+        add,
+        workers=config.num_io_threads,
+        maximum_concurrent_rpcs=config.queued_max_requests + MAX_WAITING_FETCHES,
         options=[
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
         ],
     )
-    add_servicer: Any = controller_pb2_grpc.add_ControllerServicer_to_server  # generated code is untyped
-    add_servicer(ControllerService(server), grpc_server)
-    if health is not None:
-        health.add_to(grpc_server)
-    try:
-        port = grpc_server.add_insecure_port(listen)
-    except RuntimeError as exc:
-        raise RuntimeError(f"cannot listen on {listen}: {exc}") from None
-    if port == 0:
-        raise RuntimeError(f"cannot listen on {listen}")
-    grpc_server.start()
-    return grpc_server
+    rpc.start()
+    return rpc

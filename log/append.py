@@ -4,11 +4,14 @@ An append is one or several concatenated RecordBatch v2 batches (layout in ``log
 Every batch is validated (header, CRC-32C) before anything is written, so a bad batch anywhere in
 the append leaves the log untouched.
 
-Leader appends (:func:`prepare_leader_append`) patch only the 61-byte header of each batch:
-``baseOffset`` and ``partitionLeaderEpoch``, both outside the CRC; with ``LogAppendTime`` also the
-timestamp-type bit of ``attributes`` and ``maxTimestamp``, after which the CRC is recomputed by
-continuing the CRC of the patched header over the unchanged body (no copy of the body). The body
-stays a ``memoryview`` of the caller's buffer: the caller must not change it until the write is done.
+Leader appends are validated first (:func:`validate_leader_append`: every record of every batch decoded,
+as a producer's, :mod:`log.record.validator`), then :func:`prepare_leader_append` patches only the 61-byte
+header of each batch: ``baseOffset`` and
+``partitionLeaderEpoch``, both outside the CRC; with ``LogAppendTime`` also the timestamp-type bit of
+``attributes`` and ``maxTimestamp`` (with CreateTime too, when the producer's disagree with its records),
+after which the CRC is recomputed by continuing the CRC of the patched header over the unchanged body
+(no copy of the body). The body stays a ``memoryview`` of the caller's buffer: the caller must not change
+it until the write is done.
 
 Follower appends (:func:`prepare_follower_append`) keep offsets and epochs as the leader wrote them.
 """
@@ -33,6 +36,7 @@ from log.record.header import (
     patch_partition_leader_epoch,
     validate_batch,
 )
+from log.record.validator import RecordPolicy, validate_producer_batch
 
 NO_TIMESTAMP = -1
 
@@ -140,53 +144,67 @@ def as_bytes_view(batch: bytes | bytearray | memoryview) -> memoryview:
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
-def prepare_leader_append(
-    buf: memoryview,
-    next_offset: int,
-    leader_epoch: int,
-    max_message_bytes: int,
-    log_append_time_ms: int | None,
-) -> PreparedAppend:
-    """Validate ``buf`` and assign offsets from ``next_offset`` (Kafka's ``LogValidator``, shallow).
+@dataclass(frozen=True, slots=True)
+class ValidatedAppend:
+    """A producer's append that passed :func:`validate_leader_append`: its batches (position, header, true
+    largest record timestamp) in ``buf``, and the config it was checked against. Pure data: a leader checks
+    before it takes any lock, then appends it (:func:`prepare_leader_append`)."""
 
-    Raises :class:`CorruptRecordError` for a malformed batch, :class:`InvalidRecordError` when the
-    record count disagrees with ``lastOffsetDelta`` (a leader append must be dense), and
-    :class:`RecordTooLargeError` for a batch above ``max_message_bytes``.
-    """
-    batches = split_batches(buf)
+    buf: memoryview
+    batches: tuple[tuple[int, BatchHeader, int], ...]
+    config: object  # the LogConfig it was validated with (a Log validates again under another config)
+
+    @property
+    def headers(self) -> list[BatchHeader]:
+        return [header for _, header, _ in self.batches]
+
+
+def validate_leader_append(
+    buf: memoryview, max_message_bytes: int, policy: RecordPolicy, config: object
+) -> ValidatedAppend:
+    """Validate every batch of ``buf`` as a producer's (Kafka's ``LogValidator``): whole batches, header and
+    CRC (:func:`split_batches`), at most ``max_message_bytes`` each (:class:`RecordTooLargeError`), then rules
+    V1-V6 of :mod:`log.record.validator` with ``policy`` (every record decoded: CORRUPT_MESSAGE,
+    INVALID_RECORD, INVALID_TIMESTAMP). Nothing else of a batch is trusted before this."""
+    checked = []
+    for i, (pos, header) in enumerate(split_batches(buf)):
+        if header.size_bytes > max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch {i} of the append is {header.size_bytes} bytes, above max.message.bytes={max_message_bytes}"
+            )
+        checked.append((pos, header, validate_producer_batch(buf, pos, header, policy, i)))
+    return ValidatedAppend(buf, tuple(checked), config)
+
+
+def prepare_leader_append(
+    validated: ValidatedAppend, next_offset: int, leader_epoch: int, log_append_time_ms: int | None
+) -> PreparedAppend:
+    """Assign offsets from ``next_offset`` to a validated append and stamp its headers, as Kafka's leader:
+    ``baseOffset`` and ``partitionLeaderEpoch``; with LogAppendTime (``log_append_time_ms``) the append time;
+    with CreateTime the CreateTime bit and the batch's true largest record timestamp, when the producer's
+    differ."""
+    buf = validated.buf
     prepared: list[PreparedBatch] = []
     offset = next_offset
-    for i, (pos, header) in enumerate(batches):
-        _check_leader_batch(i, header, max_message_bytes)
+    for pos, header, max_timestamp in validated.batches:
         head = bytearray(buf[pos : pos + HEADER_SIZE])
         patch_base_offset(head, 0, offset)
         patch_partition_leader_epoch(head, 0, leader_epoch)
         body = buf[pos + HEADER_SIZE : pos + header.size_bytes]
         if log_append_time_ms is not None:
-            _stamp_log_append_time(head, body, log_append_time_ms)
+            _restamp(head, body, header.attributes | ATTR_TIMESTAMP_TYPE, log_append_time_ms)
+        elif header.is_log_append_time or header.max_timestamp != max_timestamp:
+            _restamp(head, body, header.attributes & ~ATTR_TIMESTAMP_TYPE, max_timestamp)
         prepared.append(PreparedBatch(parse_header(head), (bytes(head), body)))
         offset += header.last_offset_delta + 1
     return _summarize(prepared, log_append_time_ms)
 
 
-def _check_leader_batch(i: int, header: BatchHeader, max_message_bytes: int) -> None:
-    if header.size_bytes > max_message_bytes:
-        raise RecordTooLargeError(
-            f"batch {i} of the append is {header.size_bytes} bytes, "
-            f"above max.message.bytes={max_message_bytes}"
-        )
-    if header.records_count <= 0 or header.last_offset_delta != header.records_count - 1:
-        raise InvalidRecordError(
-            f"batch {i} of the append has {header.records_count} records but lastOffsetDelta="
-            f"{header.last_offset_delta}; a producer batch must have count = lastOffsetDelta + 1 >= 1"
-        )
-
-
-def _stamp_log_append_time(head: bytearray, body: memoryview, now_ms: int) -> None:
-    """Set the LogAppendTime bit and maxTimestamp, then recompute the CRC over head + body."""
+def _restamp(head: bytearray, body: memoryview, attributes: int, max_timestamp: int) -> None:
+    """Set the attributes (timestamp type) and maxTimestamp, then recompute the CRC over head + body."""
     fields = list(HEADER.unpack_from(head, 0))
-    fields[5] |= ATTR_TIMESTAMP_TYPE  # attributes
-    fields[8] = now_ms  # maxTimestamp
+    fields[5] = attributes
+    fields[8] = max_timestamp
     HEADER.pack_into(head, 0, *fields)
     crc = crc32c(body, crc32c(bytes(head[ATTRIBUTES_OFFSET:])))
     head[CRC_OFFSET : CRC_OFFSET + 4] = crc.to_bytes(4, "big")

@@ -18,6 +18,8 @@ Keys, defaults and ranges (Kafka's own, except where noted)::
     flush.messages                   long     9223372036854775807    >= 1
     flush.ms                         long     9223372036854775807    >= 0
     message.timestamp.type           string   CreateTime             CreateTime | LogAppendTime
+    message.timestamp.before.max.ms  long     9223372036854775807    >= 0 (CreateTime: how far in the past)
+    message.timestamp.after.max.ms   long     3600000 (1 hour)       >= 0 (CreateTime: how far in the future)
     cleanup.policy                   list     delete                 subset of {delete, compact}, not empty
     delete.retention.ms              long     86400000 (1 day)       >= 0
     min.compaction.lag.ms            long     0                      >= 0
@@ -28,8 +30,9 @@ Keys, defaults and ranges (Kafka's own, except where noted)::
     min.insync.replicas              int      1                      >= 1
     unclean.leader.election.enable   boolean  false                  true | false
 
-The Log acts on the segment, index, retention, size, flush and timestamp keys (and refuses keyless
-records when ``cleanup.policy`` includes compact); the log cleaner (``log.cleaner``) acts on the
+The Log acts on the segment, index, retention, size, flush and timestamp keys (a leader refuses records
+whose CreateTime lies outside the two ``message.timestamp.*.max.ms`` bounds, and keyless records when
+``cleanup.policy`` includes compact); the log cleaner (``log.cleaner``) acts on the
 compaction keys; ``compression.type``, ``min.insync.replicas`` and ``unclean.leader.election.enable``
 are carried for the produce path and replication.
 """
@@ -130,6 +133,8 @@ KEYS: dict[str, _Key] = {
     "flush.messages": _Key("flush_messages", _long, 1, LONG_MAX),
     "flush.ms": _Key("flush_ms", _long, 0, LONG_MAX),
     "message.timestamp.type": _Key("message_timestamp_type", _string, choices=TIMESTAMP_TYPES),
+    "message.timestamp.before.max.ms": _Key("message_timestamp_before_max_ms", _long, 0, LONG_MAX),
+    "message.timestamp.after.max.ms": _Key("message_timestamp_after_max_ms", _long, 0, LONG_MAX),
     "cleanup.policy": _Key("cleanup_policy", _policy),
     "delete.retention.ms": _Key("delete_retention_ms", _long, 0, LONG_MAX),
     "min.compaction.lag.ms": _Key("min_compaction_lag_ms", _long, 0, LONG_MAX),
@@ -155,6 +160,8 @@ class LogConfig:
     flush_messages: int = LONG_MAX
     flush_ms: int = LONG_MAX
     message_timestamp_type: str = CREATE_TIME
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 60 * 60 * 1000  # Kafka 4.0's default (KIP-1030; 3.x: LONG_MAX)
     cleanup_policy: frozenset[str] = field(default_factory=lambda: frozenset({CLEANUP_DELETE}))
     delete_retention_ms: int = 24 * 60 * 60 * 1000
     min_compaction_lag_ms: int = 0

@@ -27,6 +27,13 @@ class InvalidRecordError(LogError):
     code = "INVALID_RECORD"
 
 
+class InvalidTimestampError(LogError):
+    """A record's timestamp lies outside ``message.timestamp.before.max.ms`` / ``after.max.ms`` of the
+    broker's clock."""
+
+    code = "INVALID_TIMESTAMP"
+
+
 class UnsupportedCompressionError(LogError):
     """The batch names a compression codec this build cannot read or write."""
 

@@ -41,13 +41,14 @@ from log.append import (
     AppendInfo,
     PreparedAppend,
     PreparedBatch,
+    ValidatedAppend,
     as_bytes_view,
     prepare_follower_append,
     prepare_leader_append,
     segment_chunks,
+    validate_leader_append,
 )
 from log.checkpoint import fsync_dir, remove_marker, write_checkpoint, write_marker
-from log.cleaner.keys import require_keys
 from log.clock import Clock
 from log.config import LogConfig
 from log.errors import OffsetOutOfRangeError, StorageError
@@ -55,6 +56,7 @@ from log.flush_stats import report_flush
 from log.logdir import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, load_segments, prepare_directory, read_offsets
 from log.policy import MAX_RELATIVE_OFFSET, SegmentInfo, flush_due, retention_count, roll_reason
 from log.record.header import BASE_OFFSET
+from log.record.validator import RecordPolicy
 from log.segment import Segment
 
 __all__ = ["AppendInfo", "FetchData", "Log", "SegmentInfo"]
@@ -228,27 +230,40 @@ class Log:
 
     # ---------------------------------------------------------------------------------- append
 
-    def append(self, batch: bytes | bytearray | memoryview, *, leader_epoch: int = -1) -> AppendInfo:
+    def validate(self, batch: bytes | bytearray | memoryview) -> ValidatedAppend:
+        """Check a producer's batches as a leader does before appending them (``log.append``): every record
+        decoded, against this log's config and clock. Takes no lock (the config is immutable and the clock is
+        the clock): a leader validates before it takes its own locks, then passes the result to :meth:`append`.
+
+        Raises CorruptRecordError / InvalidRecordError / InvalidTimestampError for a bad batch and
+        RecordTooLargeError for a batch above ``max.message.bytes``.
+        """
+        config = self._config
+        policy = RecordPolicy(
+            self._clock.time_ms(),
+            config.message_timestamp_before_max_ms,
+            config.message_timestamp_after_max_ms,
+            log_append_time=config.log_append_time,
+            require_keys=config.compact_enabled,
+        )
+        return validate_leader_append(as_bytes_view(batch), config.max_message_bytes, policy, config)
+
+    def append(self, batch: bytes | bytearray | memoryview | ValidatedAppend, *, leader_epoch: int = -1) -> AppendInfo:
         """Leader append of one or more concatenated producer batches; assigns their offsets.
 
-        Raises CorruptRecordError / InvalidRecordError for a bad batch and RecordTooLargeError for a
-        batch above ``max.message.bytes`` or ``segment.bytes``; nothing is written then. Batches that are
-        together larger than ``segment.bytes`` go into successive segments (a roll between batches).
+        ``batch`` is validated first (:meth:`validate`) unless it is the result of it (under this log's
+        current config); nothing is written when it fails, and RecordTooLargeError also when one batch is
+        above ``segment.bytes``. Batches that are together larger than ``segment.bytes`` go into successive
+        segments (a roll between batches).
         """
+        validated = batch if isinstance(batch, ValidatedAppend) else self.validate(batch)
+        if validated.config is not self._config:  # the config changed since: check again under the new one
+            validated = self.validate(validated.buf)
         with self._lock:
             self._ensure_open()
             now = self._clock.time_ms()
             append_time = now if self._config.log_append_time else None
-            view = as_bytes_view(batch)
-            prepared = prepare_leader_append(
-                view,
-                self._log_end_offset,
-                leader_epoch,
-                self._config.max_message_bytes,
-                append_time,
-            )
-            if self._config.compact_enabled:
-                require_keys(view, self._dir.name)  # decodes records: compacted topics only (log.cleaner.keys)
+            prepared = prepare_leader_append(validated, self._log_end_offset, leader_epoch, append_time)
             return self._append(prepared, now)
 
     def append_as_follower(self, batch: bytes | bytearray | memoryview) -> AppendInfo:

@@ -34,14 +34,21 @@ leader for each batch with ``producerId >= 0``, before anything is written; the 
 
 Updates (:meth:`ProducerStateManager.update`) replay written batches, as leader after the append, as
 follower from replicated batches and at recovery from the log tail, so every replica ends up with the
-same state for the same log. Entries expire ``producer.id.expiration.ms`` after their last batch's
-timestamp (Kafka's rule, so replicas and restarts agree).
+same producers and sequences for the same log. Each update carries the time to stamp the entry with: the
+owner passes its broker's clock, so entries expire ``producer.id.expiration.ms`` after this broker last saw
+one of their batches (Kafka stamps them with the batch's timestamp, which a client writes: a timestamp far in
+the future would keep an entry forever). Two replicas' expiries differ by their replication delay.
+
+* S9. At most ``max_entries`` producers are kept (``producer.id.max.per.partition``; not Kafka's, which keeps
+  every producer until it expires): a new producer beyond it evicts the one written to longest ago. Its next
+  batch, if it ever comes, is UNKNOWN_PRODUCER_ID (S3), which an idempotent producer recovers from.
 
 Thread-safety: none; the owning partition calls it under its own lock.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -49,7 +56,10 @@ from typing import TypeVar
 from log.errors import InvalidRecordError, LogError
 from log.record.header import NO_PRODUCER_ID, BatchHeader
 
+logger = logging.getLogger(__name__)
+
 MAX_BATCHES_PER_PRODUCER = 5  # runs kept per producer (Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN)
+DEFAULT_MAX_ENTRIES = 1000  # producers kept per partition (S9)
 SEQUENCE_MOD = 1 << 31
 NO_OFFSET = -1
 
@@ -147,9 +157,12 @@ class ProducerStateManager:
     ``map_end_offset``: every batch below it is reflected, none at or above it (what a snapshot names).
     """
 
-    def __init__(self, entries: Iterable[ProducerEntry] = (), map_end_offset: int = 0) -> None:
+    def __init__(
+        self, entries: Iterable[ProducerEntry] = (), map_end_offset: int = 0, max_entries: int = DEFAULT_MAX_ENTRIES
+    ) -> None:
         self._entries: dict[int, ProducerEntry] = {e.producer_id: e for e in entries}
         self.map_end_offset = map_end_offset
+        self.max_entries = max_entries  # S9
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -220,12 +233,23 @@ class ProducerStateManager:
         if pid != NO_PRODUCER_ID and header.producer_epoch >= 0 and header.base_sequence >= 0:
             stamp = header.max_timestamp if timestamp_ms is None else timestamp_ms
             meta = batch_metadata(header, first_offset, stamp)
-            entry = self._entries.get(pid)
+            entry = self._entries.pop(pid, None)  # re-inserted last: the dict's order is least recently written
             if entry is None:
                 self._entries[pid] = ProducerEntry(pid, header.producer_epoch, (meta,), stamp)
+                self._evict_beyond_bound()
             elif header.producer_epoch >= entry.producer_epoch:
                 self._entries[pid] = entry.with_batch(header.producer_epoch, meta)
+            else:
+                self._entries[pid] = entry
         self.map_end_offset = max(self.map_end_offset, end)
+
+    def _evict_beyond_bound(self) -> None:
+        """S9: beyond ``max_entries`` the producers written to longest ago go first."""
+        while len(self._entries) > self.max_entries:
+            gone = next(iter(self._entries))
+            del self._entries[gone]
+            logger.warning("more than %d producers on one partition: forgetting producer %d, written to longest "
+                           "ago (producer.id.max.per.partition)", self.max_entries, gone)  # fmt: skip
 
     def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Drop the producers whose last batch is ``expiration_ms`` old (``producer.id.expiration.ms``)."""
@@ -236,7 +260,9 @@ class ProducerStateManager:
 
     def truncate_and_reload(self, entries: Iterable[ProducerEntry], map_end_offset: int) -> None:
         """Start again from a snapshot (after a truncation or at recovery)."""
-        self._entries = {e.producer_id: e for e in entries}
+        ordered = sorted(entries, key=lambda e: e.last_timestamp_ms)  # least recently written first (S9)
+        self._entries = {e.producer_id: e for e in ordered}
+        self._evict_beyond_bound()
         self.map_end_offset = map_end_offset
 
 

@@ -37,7 +37,13 @@ from crc32c import crc32c
 from log.checkpoint import fsync_dir, write_atomically
 from log.errors import StorageError
 from log.log import Log
-from log.producer_state import MAX_BATCHES_PER_PRODUCER, BatchMetadata, ProducerEntry, ProducerStateManager
+from log.producer_state import (
+    DEFAULT_MAX_ENTRIES,
+    MAX_BATCHES_PER_PRODUCER,
+    BatchMetadata,
+    ProducerEntry,
+    ProducerStateManager,
+)
 from log.record.header import iter_batches
 from log.segment import file_stem, parse_base_offset
 
@@ -157,14 +163,16 @@ def delete_snapshots_above(directory: Path, offset: int) -> None:
 # ------------------------------------------------------------------------------------ load, replay
 
 
-def load(log: Log) -> ProducerStateManager:
-    """The state of ``log``: its newest usable snapshot at or below the log end, then the tail replayed."""
-    state = ProducerStateManager()
-    reload_to(log, state)
+def load(log: Log, now_ms: int | None = None, max_entries: int = DEFAULT_MAX_ENTRIES) -> ProducerStateManager:
+    """The state of ``log``: its newest usable snapshot at or below the log end, then the tail replayed (its
+    producers stamped ``now_ms``, the time of the replay; None: their batches' timestamps, for tools), keeping
+    at most ``max_entries`` producers (S9)."""
+    state = ProducerStateManager(max_entries=max_entries)
+    reload_to(log, state, now_ms)
     return state
 
 
-def reload_to(log: Log, state: ProducerStateManager) -> None:
+def reload_to(log: Log, state: ProducerStateManager, now_ms: int | None = None) -> None:
     """Rebuild ``state`` for the log as it is now (after open, a truncation or a restart at an offset)."""
     end = log.log_end_offset
     delete_snapshots_above(log.dir, end)
@@ -179,22 +187,27 @@ def reload_to(log: Log, state: ProducerStateManager) -> None:
         start_from = max(offset, log.log_start_offset)
         break
     state.truncate_and_reload(entries, start_from)
-    replay(log, state, start_from)
+    replay(log, state, start_from, now_ms)
 
 
-def replay(log: Log, state: ProducerStateManager, from_offset: int) -> int:
-    """Feed the headers of the batches from ``from_offset`` to the log end into ``state``; the batches read."""
+def replay(log: Log, state: ProducerStateManager, from_offset: int, now_ms: int | None = None) -> int:
+    """Feed the headers of the batches from ``from_offset`` to the log end into ``state`` (stamped ``now_ms``,
+    see :func:`load`); the batches read."""
     offset = max(from_offset, log.log_start_offset)
     count = 0
     while offset < log.log_end_offset:
         chunk = log.read(offset, _REPLAY_CHUNK_BYTES).records
         if not chunk:
             break
+        before = offset
         for _, header in iter_batches(chunk, validate=False):
             if header.next_offset > offset:
-                state.update(header, header.base_offset)
+                state.update(header, header.base_offset, now_ms)
                 count += 1
-            offset = header.next_offset
+                offset = header.next_offset
+        if offset == before:  # no batch moved on: a malformed header (the log's recovery cuts such a tail)
+            logger.warning("%s: producer-state replay stopped at offset %d", log.dir, offset)
+            break
     state.map_end_offset = max(state.map_end_offset, log.log_end_offset)
     return count
 

@@ -103,7 +103,7 @@ def whole_batches_end(chunk: bytes, max_offset: int | None) -> int:
     n = len(chunk)
     while True:
         size = batch_size_at(chunk, pos)
-        if size is None or pos + size > n:
+        if size is None or pos + size > n or size < HEADER_SIZE:  # a length below the header: not a batch
             return pos
         if max_offset is not None and BASE_OFFSET.unpack_from(chunk, pos)[0] >= max_offset:
             return pos

@@ -319,6 +319,16 @@ class BrokerNotAvailableError(KafkaError):
     description = "the broker is not available"
 
 
+class DuplicateBrokerRegistrationError(KafkaError):
+    code = "DUPLICATE_BROKER_REGISTRATION"
+    description = "another live broker is registered with this broker id"
+
+
+class InvalidRegularExpressionError(KafkaError):
+    code = "INVALID_REGULAR_EXPRESSION"
+    description = "the subscription regex is not valid RE2"
+
+
 class StaleBrokerEpochError(KafkaError):
     code = "STALE_BROKER_EPOCH"
     description = "the broker epoch is stale"

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
-from log.append import AppendInfo
+from log.append import AppendInfo, ValidatedAppend
 from log.clock import Clock
 from log.config import LogConfig
 from log.errors import StorageError
@@ -40,6 +40,7 @@ from replication.truncation import TruncationDecision
 from replication.unified_log import (
     PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
     PRODUCER_ID_EXPIRATION_MS,
+    PRODUCER_ID_MAX,
     UnifiedLog,
 )
 from replication.views import FetchPosition, PartitionRead, Registration, Role
@@ -97,6 +98,8 @@ class Partition:
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         producer_id_expiration_check_interval_ms: int = PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
         sequence_wait_ms: float = SEQUENCE_WAIT_MS,
+        held_batch_slots: threading.Semaphore | None = None,
+        producer_id_max: int = PRODUCER_ID_MAX,
         eligible_leader_replicas: bool = True,
     ) -> None:
         self.topic_id = topic_id
@@ -108,6 +111,7 @@ class Partition:
         self._log = UnifiedLog(
             log, clock, producer_id_expiration_ms=producer_id_expiration_ms,
             producer_id_expiration_check_interval_ms=producer_id_expiration_check_interval_ms,
+            producer_id_max=producer_id_max,
         )  # fmt: skip
         self._role = Role.NONE
         self._leader_id = NO_LEADER
@@ -122,7 +126,7 @@ class Partition:
         self._isr_sent_ms = 0.0
         self._epoch_start_offset = 0
         self._bytes = AppendedBytes()  # byte positions for DelayedFetch
-        self._held = HeldBatchWait(self._lock, clock, sequence_wait_ms)  # S8
+        self._held = HeldBatchWait(self._lock, clock, sequence_wait_ms, held_batch_slots)  # S8
         self._elr = eligible_leader_replicas  # HW8
 
     def __repr__(self) -> str:
@@ -403,25 +407,45 @@ class Partition:
             self._log.close()
             self._held.wake()  # held batches (S8) fail now
 
+    def close_handlers(self) -> None:
+        """Close the log's files without flushing or snapshotting (its disk failed: Kafka's ``closeHandlers``);
+        the partition serves nothing afterwards."""
+        with self._lock:
+            self._role = Role.NONE
+            self._leader_state = None
+            self._isr_state = None
+            self._log.log.close_handlers()
+            self._held.wake()  # held batches (S8) fail now
+
     # ------------------------------------------------------------------------------------ writes
 
-    def append_as_leader(self, records: bytes | memoryview, acks: int) -> AppendInfo:
+    def append_as_leader(
+        self, records: bytes | memoryview, acks: int, *, deadline_ms: float | None = None, hold: bool = True
+    ) -> AppendInfo:
         """Append a producer's batches, stamped with this leader's epoch.
 
-        Raises NotLeaderOrFollowerError unless leader; NotEnoughReplicasError when ``acks`` is -1 and the ISR
-        is smaller than ``min.insync.replicas`` (Kafka checks before appending: nothing is written); the
-        log's errors (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, ...) for bad batches, again with nothing written;
-        the idempotent producers' sequence errors (``log.producer_state`` S1-S8: OUT_OF_ORDER_SEQUENCE_NUMBER,
-        INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID), checked on the batch headers before the append. A
+        Raises NotLeaderOrFollowerError unless leader; then, before anything else and outside the lock, the
+        log's validation errors (CORRUPT_MESSAGE, INVALID_RECORD, INVALID_TIMESTAMP, MESSAGE_TOO_LARGE: every
+        record is decoded, ``log.record.validator``); NotEnoughReplicasError when ``acks`` is -1 and the ISR is
+        smaller than ``min.insync.replicas`` (Kafka checks before appending: nothing is written); the
+        idempotent producers' sequence errors (``log.producer_state`` S1-S8: OUT_OF_ORDER_SEQUENCE_NUMBER,
+        INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID), checked on the validated headers before the append. A
         retried batch already written is answered with its original offsets and not appended again (S5).
 
         A batch only ahead of its producer's turn (S8) is held, the lock released, for at most
-        ``sequence_wait_ms`` (:class:`~replication.sequence_wait.HeldBatchWait`).
+        ``sequence_wait_ms`` and never past ``deadline_ms`` (the request's, monotonic clock)
+        (:class:`~replication.sequence_wait.HeldBatchWait`); with ``hold`` False its refusal is raised at once
+        instead (its ``ahead`` says it may be tried again by a thread that may wait).
         """
+        if self._role is not Role.LEADER:  # before decoding anything (checked again under the lock)
+            raise NotLeaderOrFollowerError(f"broker {self.local_broker_id} is not the leader of {self.key_str}")
+        validated = self._log.validate(records)  # no lock needed: config, clock and bytes only
         with self._lock:
-            return self._held.attempt(lambda: self._append_as_leader_locked(records, acks), self)
+            if not hold:
+                return self._append_as_leader_locked(validated, acks)
+            return self._held.attempt(lambda: self._append_as_leader_locked(validated, acks), self, deadline_ms)
 
-    def _append_as_leader_locked(self, records: bytes | memoryview, acks: int) -> AppendInfo:
+    def _append_as_leader_locked(self, validated: ValidatedAppend, acks: int) -> AppendInfo:
         """``append_as_leader`` under the lock, once; wakes the batches held for their turn (S8)."""
         if self._role is not Role.LEADER or self._leader_state is None:
             raise NotLeaderOrFollowerError(f"broker {self.local_broker_id} is not the leader of {self.key_str}")
@@ -430,7 +454,7 @@ class Partition:
             raise NotEnoughReplicasError(
                 f"{self.key_str}: the ISR {list(self._isr)} is smaller than min.insync.replicas={min_isr}"
             )
-        info = self._log.append_as_leader(records, self._leader_epoch)
+        info = self._log.append_as_leader(validated, self._leader_epoch)
         if not info.batch_headers:
             return info  # a retried batch already written (S5): nothing appended
         self._bytes.on_leader_append(info.last_offset + 1, info.size_bytes)

@@ -10,7 +10,11 @@ offsets the log gave them. A follower append updates the same state from the rep
 follower that becomes leader knows every producer (and their epochs, EC1).
 
 Producer-state snapshots are taken when the log rolls and at close (Kafka's ``takeSnapshot``); expiry runs
-with appends (``producer.id.expiration.ms``, checked every ``producer.id.expiration.check.interval.ms``).
+with appends (``producer.id.expiration.ms``, checked every ``producer.id.expiration.check.interval.ms``), by
+this broker's clock: entries are stamped with the broker's time when their batches are written, replicated
+or replayed, never with a timestamp a client wrote (which could keep one alive forever). At most
+``producer.id.max.per.partition`` entries are kept; a new producer beyond it evicts the one written to
+longest ago (``log.producer_state``).
 
 Ordering that matters:
 
@@ -33,7 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from log import producer_state_file
-from log.append import AppendInfo
+from log.append import AppendInfo, ValidatedAppend
 from log.clock import Clock
 from log.config import LogConfig
 from log.log import Log
@@ -45,6 +49,7 @@ from replication.truncation import TruncationDecision, decide
 
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (Kafka's default, KIP-854)
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000  # producer.id.expiration.check.interval.ms
+PRODUCER_ID_MAX = 1000  # producer.id.max.per.partition (not Kafka's: Kafka keeps every producer until it expires)
 
 
 class UnifiedLog:
@@ -57,12 +62,13 @@ class UnifiedLog:
         *,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         producer_id_expiration_check_interval_ms: int = PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+        producer_id_max: int = PRODUCER_ID_MAX,
     ) -> None:
         self._log = log
         self._clock = clock
         self._epochs = epoch_store.load_or_rebuild(log)  # leader-epoch-checkpoint (EC1-EC3)
         # Idempotent producers (log.producer_state): rebuilt from a snapshot and the log tail.
-        self._producers: ProducerStateManager = producer_state_file.load(log)
+        self._producers: ProducerStateManager = producer_state_file.load(log, clock.time_ms(), producer_id_max)
         self._producer_expiry = ExpirySchedule(
             producer_id_expiration_ms, producer_id_expiration_check_interval_ms, clock.time_ms()
         )
@@ -99,28 +105,34 @@ class UnifiedLog:
 
     # ------------------------------------------------------------------------------------ appends
 
-    def append_as_leader(self, records: bytes | memoryview, leader_epoch: int) -> AppendInfo:
-        """Check the producers' batches (S1-S7, raising their errors with nothing written), then append them
-        stamped with ``leader_epoch``; a whole retried batch answers with its original offsets (S5) and no
-        ``batch_headers`` (nothing written)."""
-        headers = [header for _, header in iter_batches(records, validate=False)]
+    def validate(self, records: bytes | memoryview) -> ValidatedAppend:
+        """Validate a producer's batches as the leader must before anything else (``Log.validate``: every
+        record decoded); no lock needed."""
+        return self._log.validate(records)
+
+    def append_as_leader(self, validated: ValidatedAppend, leader_epoch: int) -> AppendInfo:
+        """Check the producers' batches of a validated append (S1-S7, raising their errors with nothing
+        written), then append them stamped with ``leader_epoch``; a whole retried batch answers with its
+        original offsets (S5) and no ``batch_headers`` (nothing written). Producer entries are stamped with
+        this broker's clock, never with a timestamp a client wrote (they expire by broker time)."""
+        headers = validated.headers
         verdict = self._producers.check_append(headers)  # S1-S7: a refusal writes nothing
         if verdict.duplicate is not None:
             return self._duplicate_info(verdict.duplicate)
         new_epochs = [(leader_epoch, self._log.log_end_offset)] if leader_epoch > self._epochs.latest_epoch else []
         with self._epochs_saved_first(new_epochs):  # EC4
-            info = self._log.append(records, leader_epoch=leader_epoch)
+            info = self._log.append(validated, leader_epoch=leader_epoch)
         offset = info.first_offset
-        stamp = info.log_append_time if info.log_append_time >= 0 else None
+        now = self._clock.time_ms()
         for header in headers:
-            self._producers.update(header, offset, stamp)
+            self._producers.update(header, offset, now)
             offset += header.last_offset_delta + 1
         self._after_producer_updates()
         return info
 
     def append_as_follower(self, records: bytes) -> AppendInfo:
         """Append a leader's batches as they are (offsets and epochs kept); note their epochs (EC1) and
-        producers."""
+        producers (stamped with this broker's clock)."""
         new_epochs, latest = [], self._epochs.latest_epoch
         for _, header in iter_batches(records, validate=False):  # headers only: the append validates
             if header.partition_leader_epoch > latest:
@@ -128,8 +140,9 @@ class UnifiedLog:
                 new_epochs.append((latest, header.base_offset))
         with self._epochs_saved_first(new_epochs):  # EC4
             info = self._log.append_as_follower(records)
+        now = self._clock.time_ms()
         for header in info.batch_headers:
-            self._producers.update(header, header.base_offset)
+            self._producers.update(header, header.base_offset, now)
         self._after_producer_updates()
         return info
 
@@ -203,7 +216,7 @@ class UnifiedLog:
         """Cut the log at ``offset``, then the producer state and the epoch cache; True when the log changed."""
         truncated = self._log.truncate_to(offset)
         if truncated:
-            producer_state_file.reload_to(self._log, self._producers)
+            producer_state_file.reload_to(self._log, self._producers, self._clock.time_ms())
         if self._epochs.truncate_from_end(self._log.log_end_offset):
             epoch_store.save(self._log, self._epochs)
         return truncated
@@ -211,7 +224,7 @@ class UnifiedLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log; it starts (empty) at ``offset``; no producers, no epochs."""
         self._log.truncate_fully_and_start_at(offset)
-        producer_state_file.reload_to(self._log, self._producers)
+        producer_state_file.reload_to(self._log, self._producers, self._clock.time_ms())
         self._epochs.clear()
         epoch_store.save(self._log, self._epochs)
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from broker.appends import AppendResult, PendingAppend
 from broker.group import errors as E
 from broker.group.config import OFFSETS_TOPIC, GroupConfig, partition_for
 from broker.group.errors import GroupError
@@ -38,7 +39,7 @@ from broker.group.model import ConsumerGroup
 from broker.group.records import CoordinatorRecord, decode_record
 from broker.group.shard import GroupShard, Records, TopicsView
 from broker.metadata_cache import MetadataCache
-from broker.replica_manager import AppendResult, PendingAppend, ReplicaManager
+from broker.replica_manager import ReplicaManager
 from log.clock import Clock
 from log.record.builder import build_batch
 from log.record.reader import iter_batches_with_records

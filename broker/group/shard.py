@@ -26,13 +26,13 @@ Thread-safety: none; one owner (the shard's lock in the coordinator).
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from broker.group import errors as E
+from broker.group import topic_regex
 from broker.group.assignors import ASSIGNORS, MemberSubscription
 from broker.group.config import OFFSETS_TOPIC, GroupConfig
 from broker.group.errors import GroupError
@@ -186,9 +186,12 @@ class GroupShard:
             raise GroupError(E.INVALID_REQUEST, "a joining member must subscribe to topic names or a regex")
         if hb.subscribed_topic_regex:
             try:
-                re.compile(hb.subscribed_topic_regex)
-            except re.error as exc:
-                raise GroupError(E.INVALID_REQUEST, f"subscribed_topic_regex is invalid: {exc}") from None
+                topic_regex.check(hb.subscribed_topic_regex)
+            except topic_regex.InvalidTopicRegexError as exc:
+                raise GroupError(
+                    E.INVALID_REGULAR_EXPRESSION,
+                    f"subscribed_topic_regex {hb.subscribed_topic_regex[:200]!r} is not a valid RE2 regex: {exc}",
+                ) from None
         timeout = hb.session_timeout_ms
         if timeout and not self.config.min_session_timeout_ms <= timeout <= self.config.max_session_timeout_ms:
             raise GroupError(
@@ -297,8 +300,7 @@ class GroupShard:
     def _subscribed(self, member: Member, topics: TopicsView, names: list[str] | None) -> frozenset[str]:
         result = set(member.subscribed_topic_names)
         if member.subscribed_topic_regex and names is not None:
-            pattern = re.compile(member.subscribed_topic_regex)
-            result.update(n for n in names if pattern.fullmatch(n))
+            result.update(topic_regex.matching(member.subscribed_topic_regex, names))
         return frozenset(result)
 
     def _partition_counts(self, group: ConsumerGroup, topics: TopicsView) -> dict[str, int]:

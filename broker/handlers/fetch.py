@@ -17,6 +17,12 @@ and no records (KIP-320; ``Partition.read``).
 The answer is immediate when ``max_wait_ms`` <= 0, the data reaches ``min_bytes``, any partition has an
 error, or there is nothing to fetch; otherwise a :class:`~broker.delayed_fetch.DelayedFetch` waits (its
 docstring lists when it completes; ``max_wait_ms`` is capped at 300 s) and the partitions are read again.
+The gRPC service waits without a thread (:func:`begin_grpc`, then :func:`finish` once the operation
+completed: ``broker.service``); :func:`handle` does it all on the calling thread.
+
+A fetch with a ``replica_id`` must carry that broker's current broker epoch (``replica_epoch``), else every
+partition answers STALE_BROKER_EPOCH and nothing is read: a client cannot pose as a follower to move a
+high watermark.
 
 With metrics on, the bytes of the answer actually sent are counted per topic (out to consumers, or
 replication out to followers), whichever listener asked; the gRPC listener also counts the records sent to
@@ -28,11 +34,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from broker.context import BrokerContext
 from broker.delayed_fetch import DelayedFetch, FetchStatus
-from broker.errors import error_of
+from broker.errors import STALE_BROKER_EPOCH, error, error_of
 from broker.handlers.common import local_partition
 from log.errors import OffsetOutOfRangeError
 from proto import broker_pb2 as pb
@@ -59,20 +65,81 @@ class Target:
 ReadAll = Callable[[BrokerContext, int, "list[Target]", int, int], tuple[R, list[int], bool]]
 
 
+@dataclass(frozen=True, slots=True)
+class PendingFetch(Generic[R]):
+    """A fetch waiting in the purgatory: once ``op`` completes, :func:`finish` reads again and answers."""
+
+    op: DelayedFetch
+    replica_id: int
+    replica_epoch: int
+    targets: list[Target]
+    max_bytes: int
+    read_all: ReadAll[R]
+    sent: list[tuple[str, bytes]] | None = None  # the gRPC reader's records of its last read (metrics)
+
+    @property
+    def wait_s(self) -> float:
+        """How long to wait for ``op`` before expiring it (its own timer should have fired by then)."""
+        return self.op.delay_ms / 1000 + WAIT_SLACK_S
+
+
 def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
-    metrics = ctx.metrics
-    if metrics is None or request.replica_id >= 0:
-        return fetch(ctx, request, _read_all)
-    sent: list[tuple[str, bytes]] = []  # the records of the last read, the one answered
-    response = fetch(ctx, request, partial(_read_all, sent=sent))
-    for topic, records in sent:
-        metrics.topics.records_out(topic, records)
+    """A gRPC Fetch on the calling thread, waiting on it (the asynchronous server uses :func:`begin_grpc` and
+    :func:`finish_grpc`, and waits without a thread)."""
+    started = begin_grpc(ctx, request)
+    if not isinstance(started, PendingFetch):
+        return started
+    if not started.op.wait(started.wait_s):
+        started.op.expire()
+    return finish_grpc(ctx, started)
+
+
+def begin_grpc(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse | PendingFetch[pb.FetchResponse]:
+    """A gRPC Fetch up to its wait: :func:`check_replica`, then :func:`begin` with the gRPC reader (which, with
+    metrics on, keeps a consumer's records for the per-topic record counts)."""
+    refused = check_replica(ctx, request)
+    if refused is not None:
+        return refused
+    sent: list[tuple[str, bytes]] | None = None if ctx.metrics is None or request.replica_id >= 0 else []
+    reader = _read_all if sent is None else partial(_read_all, sent=sent)
+    started = begin(ctx, request, reader, sent)
+    if not isinstance(started, PendingFetch):
+        _records_out(ctx, sent)
+    return started
+
+
+def finish_grpc(ctx: BrokerContext, pending: PendingFetch[pb.FetchResponse]) -> pb.FetchResponse:
+    """:func:`finish` for :func:`begin_grpc`, with the consumer's record counts."""
+    response = finish(ctx, pending)
+    _records_out(ctx, pending.sent)
     return response
+
+
+def _records_out(ctx: BrokerContext, sent: list[tuple[str, bytes]] | None) -> None:
+    if ctx.metrics is not None and sent:
+        for topic, records in sent:
+            ctx.metrics.topics.records_out(topic, records)
 
 
 def fetch(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) -> R:
     """The fetch of the module docstring with ``read_all`` reading the partitions (the Kafka listener's
-    reader builds its own response, with file regions for sendfile); ``request`` is read by attribute."""
+    reader builds its own response, with file regions for sendfile); ``request`` is read by attribute.
+    Waits on the calling thread. No replica-epoch check here: callers that take ``replica_id`` from a
+    client check it first (:func:`check_replica`; the Kafka listener serves consumers only)."""
+    started = begin(ctx, request, read_all)
+    if not isinstance(started, PendingFetch):
+        return started
+    pending: PendingFetch[R] = started
+    if not pending.op.wait(pending.wait_s):
+        pending.op.expire()
+    return finish(ctx, pending)
+
+
+def begin(
+    ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R], sent: list[tuple[str, bytes]] | None = None
+) -> R | PendingFetch[R]:
+    """The first read: the answer, or the fetch left waiting in the purgatory (see the module docstring);
+    ``sent``: what ``read_all`` keeps of its reads, carried to :func:`finish_grpc`."""
     for_replica = request.replica_id >= 0
     limit = ctx.config.replica_fetch_response_max_bytes if for_replica else ctx.config.fetch_max_bytes
     max_bytes = min(request.max_bytes, limit) if request.max_bytes > 0 else limit
@@ -95,11 +162,40 @@ def fetch(ctx: BrokerContext, request: pb.FetchRequest, read_all: ReadAll[R]) ->
     ]
     op = DelayedFetch(min(request.max_wait_ms, MAX_WAIT_CAP_MS), request.min_bytes, for_replica, statuses,
                       lambda key: ctx.replicas.partition(*key))  # fmt: skip
-    purgatory = ctx.replicas.fetch_purgatory
-    if not purgatory.try_complete_else_watch(op, op.keys) and not op.wait(op.delay_ms / 1000 + WAIT_SLACK_S):
-        op.expire()
-    response, sizes, _ = read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
-    _count_out(ctx, targets, sizes, for_replica)
+    ctx.replicas.fetch_purgatory.try_complete_else_watch(op, op.keys)
+    return PendingFetch(op, request.replica_id, request.replica_epoch, targets, max_bytes, read_all, sent)
+
+
+def finish(ctx: BrokerContext, pending: PendingFetch[R]) -> R:
+    """The answer once the wait is over: every target read again (and counted, metrics on)."""
+    response, sizes, _ = pending.read_all(ctx, pending.replica_id, pending.targets, pending.max_bytes,
+                                          pending.replica_epoch)  # fmt: skip
+    _count_out(ctx, pending.targets, sizes, pending.replica_id >= 0)
+    return response
+
+
+def check_replica(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse | None:
+    """A fetch that claims to come from broker ``replica_id`` must carry that broker's current epoch, as the
+    metadata image has it (KIP-903's ``ReplicaEpoch``); otherwise STALE_BROKER_EPOCH for every partition and
+    nothing is read, so no follower position and no high watermark moves on its word."""
+    if request.replica_id < 0:
+        return None
+    broker = ctx.metadata.image.broker(request.replica_id)
+    if broker is not None and broker.broker_epoch == request.replica_epoch:
+        return None
+    known = "is not registered" if broker is None else f"has broker epoch {broker.broker_epoch}"
+    message = (
+        f"a fetch claims to come from broker {request.replica_id} with broker epoch {request.replica_epoch}, but "
+        f"broker {request.replica_id} {known} in the metadata of broker {ctx.broker_id}"
+    )
+    response = pb.FetchResponse(error=error(STALE_BROKER_EPOCH, message))
+    for topic in request.topics:
+        answer = response.topics.add(name=topic.name)
+        for p in topic.partitions:
+            answer.partitions.add(
+                partition=p.partition, error=error(STALE_BROKER_EPOCH, message), high_watermark=-1,
+                last_stable_offset=-1, log_start_offset=-1, log_end_offset=-1, leader_epoch=-1,
+            )  # fmt: skip
     return response
 
 

@@ -12,13 +12,19 @@ bounded time (``log.producer_state`` S8, ``replication.partition``): the partiti
 appended in the order the request lists them, which the producer keeps the same in every request.
 
 acks=0 and acks=1 answer after the leader append (the client ignores the acks=0 answer); acks=-1 waits
-until every appended partition's high watermark passes its batch, or ``timeout_ms`` (capped at 300 s): the
-appends and the wait go through :meth:`broker.replica_manager.ReplicaManager.append_records`. Each
+until every appended partition's high watermark passes its batch, or ``timeout_ms`` (capped at 300 s), one
+deadline for the whole request (held batches included): the appends and the wait go through
+:meth:`broker.replica_manager.ReplicaManager.append_records`. The gRPC service waits without a thread
+(:func:`begin`, then :func:`finish` once the DelayedProduce completed: ``broker.service``). Each
 ``records`` field is read once: protobuf copies bytes on every access.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from broker.appends import PendingAppend
 from broker.context import BrokerContext
 from broker.errors import INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION, error, error_of
 from broker.group.config import OFFSETS_TOPIC
@@ -26,12 +32,47 @@ from broker.handlers.common import local_partition
 from proto import broker_pb2 as pb
 from replication.partition import Partition
 
+if TYPE_CHECKING:
+    from broker.metrics import BrokerMetrics
+
 VALID_ACKS = (0, 1, -1)
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 MAX_TIMEOUT_MS = 300_000  # a longer timeout_ms is cut to this (STYLE.md §8: every request has a maximum)
 
 
+@dataclass(frozen=True, slots=True)
+class PendingProduce:
+    """An acks=all produce whose appends are done and whose DelayedProduce waits for the ISR: once
+    ``pending.operation`` completes, :func:`finish` fills the answers."""
+
+    response: pb.ProduceResponse
+    answers: list[pb.ProducePartitionResponse]
+    pending: PendingAppend
+    sizes: list[int]  # each appended partition's bytes (metrics)
+    metrics: BrokerMetrics | None
+
+
 def handle(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse:
+    """Produce on the calling thread, waiting on it for acks=all (the asynchronous server uses :func:`begin`,
+    :func:`resume` and :func:`finish`, and waits without a thread)."""
+    started = begin(ctx, request)
+    if isinstance(started, pb.ProduceResponse):
+        return started
+    started.pending.wait()
+    return finish(started)
+
+
+def resume(ctx: BrokerContext, started: PendingProduce) -> pb.ProduceResponse | PendingProduce:
+    """After ``begin(..., hold=False)`` stopped at a batch held for its turn: the rest of the appends, on a
+    thread that may wait; then as :func:`begin`."""
+    started.pending.resume()
+    return started if started.pending.operation is not None else finish(started)
+
+
+def begin(ctx: BrokerContext, request: pb.ProduceRequest, *, hold: bool = True) -> pb.ProduceResponse | PendingProduce:
+    """Every partition's append (see the module docstring): the answer, or what is left to do: the acks=all
+    wait (``pending.operation``), or with ``hold`` False the appends from a batch held for its turn on
+    (``pending.held``: :func:`resume`)."""
     acks = request.acks
     response = pb.ProduceResponse()
     entries: list[tuple[Partition, bytes]] = []
@@ -60,15 +101,21 @@ def handle(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse
     if not entries:
         return response
     timeout_ms = min(max(request.timeout_ms, 0), MAX_TIMEOUT_MS)
-    results = ctx.replicas.append_records(entries, acks, timeout_ms).wait()
-    metrics = ctx.metrics
-    for result, answer, (_, records) in zip(results, answers, entries, strict=True):
+    pending = ctx.replicas.append_records(entries, acks, timeout_ms, hold=hold)
+    started = PendingProduce(response, answers, pending, [len(records) for _, records in entries], ctx.metrics)
+    return started if pending.held or pending.operation is not None else finish(started)
+
+
+def finish(started: PendingProduce) -> pb.ProduceResponse:
+    """The answers once the appends (and the acks=all wait, if any) are done."""
+    metrics = started.metrics
+    for result, answer, size in zip(started.pending.results, started.answers, started.sizes, strict=True):
         if result.exception is not None:
             answer.error.CopyFrom(error_of(result.exception))
             continue
         assert result.info is not None
         if metrics is not None:
-            metrics.topics.produced(result.key[0], len(records), result.info.record_count)
+            metrics.topics.produced(result.key[0], size, result.info.record_count)
         answer.base_offset = result.info.first_offset
         answer.log_append_time_ms = result.info.log_append_time
         answer.log_start_offset = result.info.log_start_offset
@@ -76,7 +123,7 @@ def handle(ctx: BrokerContext, request: pb.ProduceRequest) -> pb.ProduceResponse
             code = result.replication_error
             why = _WHY.get(code, "acks=all not satisfied")
             answer.error.CopyFrom(error(code, f"{result.key[0]}-{result.key[1]}: {why}"))
-    return response
+    return started.response
 
 
 _WHY = {

@@ -11,6 +11,10 @@ Registration:
   registration's epoch as the one it shut down cleanly with (``previous_broker_epoch``, KIP-966), it may have
   lost its unflushed tail: it also leaves the ELRs (rule ELR2 of ``controller.core.elections``).
 - R4. A malformed request (negative id, incarnation id not a UUID, bad endpoint) is INVALID_REQUEST.
+- R5. Another incarnation registering a broker id whose registration still has a live session (unfenced
+  and heard from within ``broker.session.timeout.ms``, H2) is DUPLICATE_BROKER_REGISTRATION (Kafka's
+  ``ClusterControlManager``): nothing is written and the live broker keeps its session. A restarted broker
+  is refused until its old session expires and fences it (a controlled shutdown fences it at once).
 
 Heartbeats (sessions live in memory on the active controller, never in the log):
 
@@ -88,6 +92,11 @@ class BrokerSessions:
     def touch(self, broker_id: int, now_ms: float, metadata_offset: int) -> None:
         self._sessions[broker_id] = _Session(now_ms, metadata_offset)
 
+    def is_alive(self, broker_id: int, now_ms: float) -> bool:
+        """The broker was heard from within the session timeout (no session yet counts as a fresh one)."""
+        session = self._sessions.get(broker_id)
+        return session is None or now_ms - session.last_contact_ms <= self.session_timeout_ms
+
     def shutdown_started(self, broker_id: int, offset: int) -> None:
         self._shutdown_offsets[broker_id] = offset
 
@@ -138,11 +147,23 @@ def register_broker(
     image: MetadataImage, request: pb.RegisterBrokerRequest, sessions: BrokerSessions, unclean: UncleanPolicy,
     now_ms: float, max_records: int,
 ) -> ControllerResult[pb.RegisterBrokerResponse]:  # fmt: skip
-    """RegisterBroker (rules R1-R4)."""
+    """RegisterBroker (rules R1-R5)."""
     record = _parse_registration(request, image.offset + 1)
     if isinstance(record, str):
         return ControllerResult((), pb.RegisterBrokerResponse(error=error("INVALID_REQUEST", record)))
     existing = image.broker(request.broker_id)
+    if (
+        existing is not None
+        and existing.incarnation_id != request.incarnation_id
+        and not existing.fenced
+        and sessions.is_alive(request.broker_id, now_ms)
+    ):
+        message = (
+            f"Another broker is registered with broker id {request.broker_id} (incarnation "
+            f"{existing.incarnation_id}, broker epoch {existing.broker_epoch}) and its session is alive"
+        )
+        refused = pb.RegisterBrokerResponse(error=error("DUPLICATE_BROKER_REGISTRATION", message))
+        return ControllerResult((), refused)
     sessions.touch(request.broker_id, now_ms, -1)
     if existing is not None and existing.incarnation_id == request.incarnation_id:
         return ControllerResult((), pb.RegisterBrokerResponse(broker_epoch=existing.broker_epoch))

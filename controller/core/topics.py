@@ -21,6 +21,13 @@ Rules, checked in this order for each topic of a request (the tests cite them):
 - T7. DeleteTopics of an unknown name is UNKNOWN_TOPIC_OR_PARTITION.
 - T8. CreatePartitions only grows a topic (INVALID_PARTITIONS otherwise); new partitions keep the
   topic's replication factor; an explicit assignment lists exactly the new partitions (T5's checks).
+- T9. No broker holds more than ``max.broker.partitions`` replicas (cluster config, else the controller's;
+  the name of KIP-578, which Kafka did not adopt: Kafka has no such limit) after a CreateTopics or
+  CreatePartitions, counting the topics created before in the same request: POLICY_VIOLATION naming the
+  brokers and the limit. Each replica costs a broker a directory and open files; the limit keeps a request
+  from exhausting them.
+- T10. A partition's directory name, ``<topic>-<partition>``, fits 255 bytes (the file systems' limit):
+  a 249-character topic can have at most 100000 partitions (INVALID_PARTITIONS beyond).
 """
 
 from __future__ import annotations
@@ -154,6 +161,38 @@ def _placement(ctx: TopicContext, t: pb.TopicToCreate) -> tuple[list[tuple[int, 
     return _placed(ctx, eligible, n, rf, 0)
 
 
+MAX_DIR_NAME_BYTES = 255
+
+
+def replica_load(image: MetadataImage) -> Counter[int]:
+    """How many partition replicas each broker holds in ``image``."""
+    return Counter(b for _, reg in image.all_partitions() for b in reg.replicas)
+
+
+def check_capacity(ctx: TopicContext, name: str, replicas: Sequence[tuple[int, ...]], load: Counter[int]) -> None:
+    """T9 for adding ``replicas`` to ``load``, then T10 for the last new partition's directory name."""
+    limit = int(ctx.effective.cluster("max.broker.partitions"))
+    added = Counter(b for reps in replicas for b in reps)
+    over = sorted(b for b, n in added.items() if load[b] + n > limit)
+    if over:
+        detail = ", ".join(f"broker {b} would hold {load[b] + added[b]}" for b in over)
+        raise Refused(
+            "POLICY_VIOLATION",
+            f"Topic {name}: {detail} partition replicas, above max.broker.partitions={limit}",
+        )
+
+
+def check_dir_name(name: str, partitions: int) -> None:
+    """T10: ``<name>-<last partition>`` fits a directory name."""
+    longest = f"{name}-{partitions - 1}"
+    if len(longest.encode()) > MAX_DIR_NAME_BYTES:
+        raise Refused(
+            "INVALID_PARTITIONS",
+            f"Topic {name} cannot have {partitions} partitions: the directory name {longest[:40]}...-{partitions - 1} "
+            f"would be longer than {MAX_DIR_NAME_BYTES} bytes",
+        )
+
+
 def _placed(
     ctx: TopicContext, eligible: Eligibility, count: int, rf: int, start: int
 ) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
@@ -170,13 +209,18 @@ def _placed(
     return replicas, replicas
 
 
-def _topic_records(ctx: TopicContext, t: pb.TopicToCreate, topic_id: str) -> tuple[list[MetadataRecord], int, int]:
-    """The records creating topic ``t`` (rules T3-T6) and its partition count and replication factor."""
+def _topic_records(
+    ctx: TopicContext, t: pb.TopicToCreate, topic_id: str, load: Counter[int]
+) -> tuple[list[MetadataRecord], int, int]:
+    """The records creating topic ``t`` (rules T3-T6, T9, T10) and its partition count and replication factor;
+    ``load`` gains its replicas."""
     try:
         TOPIC_CONFIGS.validate_all(t.configs)
     except ConfigError as exc:
         raise Refused("INVALID_CONFIG", str(exc)) from None
     replicas, isrs = _placement(ctx, t)
+    check_dir_name(t.name, len(replicas))
+    check_capacity(ctx, t.name, replicas, load)
     records: list[MetadataRecord] = [Topic(t.name, topic_id)]
     for p, (reps, isr) in enumerate(zip(replicas, isrs, strict=True)):
         leader = next(b for b in reps if b in isr)
@@ -188,6 +232,7 @@ def _topic_records(ctx: TopicContext, t: pb.TopicToCreate, topic_id: str) -> tup
             f"Topic {t.name} needs {len(records)} metadata records; at most {ctx.max_records} are written at "
             "once (controller.max.records.per.command)",
         )
+    load.update(b for reps in replicas for b in reps)
     return records, len(replicas), len(replicas[0])
 
 
@@ -199,6 +244,7 @@ def create_topics(ctx: TopicContext, request: pb.CreateTopicsRequest) -> Control
     collisions = {_collision_key(name): name for name in image.topics_by_name}
     response = pb.CreateTopicsResponse()
     groups = []
+    load = replica_load(image)
     for t in request.topics:
         result = response.topics.add(name=t.name)
         try:
@@ -211,7 +257,7 @@ def create_topics(ctx: TopicContext, request: pb.CreateTopicsRequest) -> Control
             if other is not None:
                 raise Refused("INVALID_TOPIC_EXCEPTION", f"Topic '{t.name}' collides with existing topic: {other}")
             topic_id = new_topic_id(ctx.rng, taken_ids)
-            records, n, rf = _topic_records(ctx, t, topic_id)
+            records, n, rf = _topic_records(ctx, t, topic_id, load)
         except Refused as exc:
             result.error.CopyFrom(error(exc.code, str(exc)))
             continue
@@ -242,8 +288,11 @@ def delete_topics(ctx: TopicContext, request: pb.DeleteTopicsRequest) -> Control
     return ControllerResult(chunk(records, ctx.max_records), response)
 
 
-def _grow(ctx: TopicContext, t: pb.CreatePartitionsRequest.Topic, result: pb.TopicResult) -> list[MetadataRecord]:
-    """The Partition records that grow topic ``t`` (rule T8); raises :class:`Refused`."""
+def _grow(
+    ctx: TopicContext, t: pb.CreatePartitionsRequest.Topic, result: pb.TopicResult, load: Counter[int]
+) -> list[MetadataRecord]:
+    """The Partition records that grow topic ``t`` (rules T8-T10); raises :class:`Refused`; ``load`` gains the
+    new replicas."""
     topic = ctx.image.topic(t.name)
     if topic is None:
         raise Refused("UNKNOWN_TOPIC_OR_PARTITION", f"Topic {t.name} does not exist")
@@ -269,6 +318,9 @@ def _grow(ctx: TopicContext, t: pb.CreatePartitionsRequest.Topic, result: pb.Top
         replicas, isrs = [r for r, _ in pairs], [i for _, i in pairs]
     else:
         replicas, isrs = _placed(ctx, ctx.eligible, add, rf, current)
+    check_dir_name(t.name, t.count)
+    check_capacity(ctx, t.name, replicas, load)
+    load.update(b for reps in replicas for b in reps)
     records: list[MetadataRecord] = []
     for i, (reps, isr) in enumerate(zip(replicas, isrs, strict=True)):
         leader = next(b for b in reps if b in isr)
@@ -286,12 +338,13 @@ def create_partitions(
     response = pb.CreatePartitionsResponse()
     names = Counter(t.name for t in request.topics)
     groups = []
+    load = replica_load(ctx.image)
     for t in request.topics:
         result = response.topics.add(name=t.name)
         try:
             if names[t.name] > 1:
                 raise Refused("INVALID_REQUEST", f"Topic {t.name} appears twice in the request")
-            groups.append(_grow(ctx, t, result))
+            groups.append(_grow(ctx, t, result, load))
         except Refused as exc:
             result.error.CopyFrom(error(exc.code, str(exc)))
     if request.validate_only:

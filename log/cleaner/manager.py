@@ -3,7 +3,9 @@
 :class:`CleanerManager` (Kafka's ``LogCleanerManager``) remembers, per log directory, the first dirty
 offset (persisted in the partition directory) and the earliest delete horizon of the tombstones the
 last pass left (memory only: after a restart, tombstones wait for the next pass the dirty ratio
-starts). It picks the filthiest due log (``plan``) that no other thread is cleaning.
+starts). It picks the filthiest due log (``plan``) that no other thread is cleaning and that has not been
+marked uncleanable: a log whose pass failed (a batch that does not decode, a file error) is skipped from
+then on, so that the cleaner goes on with the others (Kafka's ``markPartitionUncleanable``).
 
 Per-partition file::
 
@@ -61,6 +63,7 @@ class CleanerManager:
         self._dirty: dict[Path, int] = {}
         self._horizons: dict[Path, int] = {}
         self._in_progress: set[Path] = set()
+        self._uncleanable: dict[Path, Log] = {}  # the Log a pass failed on; a reopened Log is tried again
 
     def first_dirty_offset(self, log: Log) -> int | None:
         """The checkpointed first dirty offset of ``log`` (None: never cleaned)."""
@@ -90,6 +93,8 @@ class CleanerManager:
             for name, (log, upper_bound) in logs.items():
                 if log.closed or not log.config.compact_enabled or log.dir in self._in_progress:
                     continue
+                if self._uncleanable.get(log.dir) is log:
+                    continue
                 cleanable = cleanable_range(
                     log.segments,
                     log.config,
@@ -108,6 +113,19 @@ class CleanerManager:
             log = by_name[name]
             self._in_progress.add(log.dir)
             return Grabbed(name, log, cleanable)
+
+    def mark_uncleanable(self, grabbed: Grabbed) -> None:
+        """A pass over ``grabbed`` failed: skip its log from now on (Kafka's ``markPartitionUncleanable``), until
+        the partition's log is opened again (a restart, a config change, a new topic of the same name)."""
+        with self._lock:
+            self._uncleanable[grabbed.log.dir] = grabbed.log
+
+    def uncleanable(self) -> list[str]:
+        """The directories of the logs marked uncleanable, sorted (Kafka's ``uncleanable-partitions-count``)."""
+        with self._lock:
+            for directory in [d for d, log in self._uncleanable.items() if log.closed]:
+                del self._uncleanable[directory]  # reopened or deleted: no longer this Log
+            return sorted(d.name for d in self._uncleanable)
 
     def done_cleaning(self, grabbed: Grabbed, result: CleanResult | None) -> None:
         """Record a pass (None: it failed) and release the log. Checkpoints before releasing."""
@@ -144,16 +162,24 @@ class LogCleaner:
         self.bytes_read = 0
 
     def clean_once(self, cleaner: Cleaner | None = None) -> CleanResult | None:
-        """Clean the filthiest due log once; None when no log is due."""
-        grabbed = self.manager.grab_filthiest(self._source(), self._clock.time_ms())
-        if grabbed is None:
-            return None
-        result: CleanResult | None = None
-        try:
-            worker = cleaner or Cleaner(self.config, self._on_swap_step)
-            result = worker.clean(grabbed.log, grabbed.cleanable, self._clock.time_ms())
-        finally:
-            self.manager.done_cleaning(grabbed, result)
+        """Clean the filthiest due log once; None when no log is due. A log whose pass fails (a corrupt batch,
+        a file error) is marked uncleanable, with the reason logged, and the next filthiest is cleaned."""
+        while True:
+            grabbed = self.manager.grab_filthiest(self._source(), self._clock.time_ms())
+            if grabbed is None:
+                return None
+            result: CleanResult | None = None
+            try:
+                worker = cleaner or Cleaner(self.config, self._on_swap_step)
+                result = worker.clean(grabbed.log, grabbed.cleanable, self._clock.time_ms())
+            except Exception as exc:
+                logger.error("cannot clean %s; marking it uncleanable and going on with the others: %s",
+                             grabbed.name, exc, exc_info=not isinstance(exc, LogError | OSError))  # fmt: skip
+                self.manager.mark_uncleanable(grabbed)
+                continue
+            finally:
+                self.manager.done_cleaning(grabbed, result)
+            break
         with self._stats_lock:
             self.passes += 1
             self.bytes_read += result.bytes_read + result.map_bytes_read

@@ -69,6 +69,9 @@ _GZIP_WBITS = 16 + zlib.MAX_WBITS  # gzip container, not raw deflate or zlib
 _FIRST_GUESS_MIN_BYTES = 1 << 20  # first output buffer for frames without a stated size
 _FIRST_GUESS_RATIO = 16
 _LZ4_STEP_MIN_BYTES = 256 * 1024
+_ZSTD_STEP_BYTES = 1 << 20
+_GZIP_FIRST_WINDOW_BYTES = 256  # a gzip member takes at least 20 bytes
+_GZIP_MAX_WINDOW_BYTES = 1 << 20
 
 
 class _ZstdContexts(threading.local):
@@ -159,26 +162,45 @@ def _too_large(name: str, limit: int) -> CorruptRecordError:
 
 
 def _gunzip(data: bytes | bytearray | memoryview, limit: int) -> bytes:
-    """Inflate one or more concatenated gzip members (GZIPInputStream reads them all)."""
+    """Inflate one or more concatenated gzip members (GZIPInputStream reads them all), in time linear in
+    the input and the output.
+
+    zlib hands back the input after a member's end as a copy (``unused_data``); fed the whole rest each
+    time, many tiny members would cost the square of the input. So the first member (usually the only one)
+    gets the whole input, and every later one windows that start small and double while the member goes
+    on: what is copied back after a member is at most its last window.
+    """
+    view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
     parts: list[bytes] = []
     total = 0
-    rest: bytes | bytearray | memoryview = data
-    while True:
+    pos, end = 0, len(view)
+    members = 0
+    while pos < end:
         inflater = zlib.decompressobj(_GZIP_WBITS)
-        try:
-            chunk = inflater.decompress(rest, limit - total + 1)
-        except zlib.error as exc:
-            where = f" after {len(parts)} good member(s)" if parts else ""
-            raise CorruptRecordError(f"gzip records section is corrupt{where}: {exc}") from None
-        total += len(chunk)
-        if total > limit:
-            raise _too_large("gzip", limit)
-        if not inflater.eof:
-            raise CorruptRecordError("gzip records section is truncated")
-        parts.append(chunk)
-        rest = inflater.unused_data
-        if not rest:
-            return parts[0] if len(parts) == 1 else b"".join(parts)
+        window = _GZIP_FIRST_WINDOW_BYTES if members else end
+        while True:
+            stop = min(end, pos + window)
+            try:
+                chunk = inflater.decompress(view[pos:stop], limit - total + 1)
+            except zlib.error as exc:
+                where = f" after {members} good member(s)" if members else ""
+                raise CorruptRecordError(f"gzip records section is corrupt{where}: {exc}") from None
+            total += len(chunk)
+            if total > limit:
+                raise _too_large("gzip", limit)
+            if chunk:
+                parts.append(chunk)
+            if inflater.eof:
+                pos = stop - len(inflater.unused_data)
+                break
+            pos = stop
+            if pos >= end:
+                raise CorruptRecordError("gzip records section is truncated")
+            window = min(2 * window, _GZIP_MAX_WINDOW_BYTES)
+        members += 1
+    if not members:
+        raise CorruptRecordError("gzip records section is empty")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 _XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
@@ -261,11 +283,12 @@ def _lz4_decompress(data: bytes | bytearray | memoryview, limit: int) -> bytes:
 
 
 def _zstd_decompress(data: bytes | bytearray | memoryview, limit: int) -> bytes:
-    """Decode one zstd frame; the output buffer never exceeds ``limit`` bytes.
+    """Decode one zstd frame; no buffer is ever larger than its actual output (at most ``limit`` bytes).
 
     A frame that states its content size is checked against the limit first. Without one (Kafka's
-    Java producer streams its frames) we try a buffer sized from the input, then the limit itself,
-    because allocating the full limit for every small batch costs far more than the rare retry.
+    Java producer streams its frames) we try a buffer sized from the input; if the output is larger, the
+    frame is streamed in 1 MiB steps to learn its size (stopping past ``limit``), then decoded into a
+    buffer of exactly that size. A buffer of ``limit`` bytes is never allocated on a hostile frame's word.
     """
     try:
         content_size = zstandard.get_frame_parameters(data).content_size
@@ -276,34 +299,31 @@ def _zstd_decompress(data: bytes | bytearray | memoryview, limit: int) -> bytes:
             raise _too_large("zstd", limit)
         return _zstd_once(data, 0)
     guess = min(limit, max(_FIRST_GUESS_MIN_BYTES, _FIRST_GUESS_RATIO * len(data)))
-    if guess < limit:
-        try:
-            return _zstd.decompressor.decompress(data, max_output_size=guess, allow_extra_data=False)
-        except zstandard.ZstdError:
-            pass  # too small a buffer, or corrupt: the full-size attempt below tells which
-    return _zstd_once(data, limit)
+    try:
+        return _zstd.decompressor.decompress(data, max_output_size=guess, allow_extra_data=False)
+    except zstandard.ZstdError:
+        pass  # too small a buffer, or corrupt: streaming tells which
+    return _zstd_once(data, _zstd_streamed_size(data, limit))
 
 
 def _zstd_once(data: bytes | bytearray | memoryview, max_output_size: int) -> bytes:
     try:
         return _zstd.decompressor.decompress(data, max_output_size=max_output_size, allow_extra_data=False)
     except zstandard.ZstdError as exc:
-        short = "did not decompress full frame" in str(exc)
-        if max_output_size and short and _zstd_exceeds(data, max_output_size):
-            raise _too_large("zstd", max_output_size) from None
         raise CorruptRecordError(f"zstd records section is corrupt or truncated: {exc}") from None
 
 
-def _zstd_exceeds(data: bytes | bytearray | memoryview, limit: int) -> bool:
-    """True when the frame yields more than ``limit`` bytes (diagnosis only: the error path)."""
+def _zstd_streamed_size(data: bytes | bytearray | memoryview, limit: int) -> int:
+    """The output size of the frame, found by streaming it in bounded steps; too large past ``limit``."""
+    total = 0
     try:
-        reader = _zstd.decompressor.stream_reader(bytes(data))
-        total = 0
-        while total <= limit:
-            chunk = reader.read(min(1 << 20, limit + 1 - total))
+        reader = _zstd.decompressor.stream_reader(bytes(data), read_across_frames=False)
+        while True:
+            chunk = reader.read(min(_ZSTD_STEP_BYTES, limit + 1 - total))
             if not chunk:
-                return False
+                return max(total, 1)
             total += len(chunk)
-        return True
-    except zstandard.ZstdError:
-        return False
+            if total > limit:
+                raise _too_large("zstd", limit)
+    except zstandard.ZstdError as exc:
+        raise CorruptRecordError(f"zstd records section is corrupt or truncated: {exc}") from None

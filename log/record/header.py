@@ -69,6 +69,8 @@ ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 ATTR_DELETE_HORIZON = 0x40
 
+MIN_RECORD_SIZE = 7  # length varint + attributes, timestampDelta, offsetDelta, keyLength, valueLength, headers
+
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
@@ -150,9 +152,12 @@ def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0, end: int |
     """Check the batch starting at ``buf[pos:]`` and return its header.
 
     Checks, in order: the header is complete, magic is 2, ``batchLength`` fits the buffer and covers
-    the header, ``lastOffsetDelta`` and ``recordsCount`` are sane, and the CRC-32C of
-    ``[attributes, end)`` matches. Raises :class:`CorruptRecordError` naming what is wrong.
-    The records themselves are not decoded: the CRC vouches for them.
+    the header, ``lastOffsetDelta`` and ``recordsCount`` are sane (an uncompressed batch cannot hold
+    more records than :data:`MIN_RECORD_SIZE`-byte records fit in its body), and the CRC-32C of
+    ``[attributes, end)`` matches. Raises :class:`CorruptRecordError` naming what is wrong. No header
+    field is used before the length, magic and CRC are checked. The records themselves are not
+    decoded here: the CRC only says they were not damaged on the way, not that they are well formed
+    (a leader decodes them: :mod:`log.record.validator`).
     """
     end = len(buf) if end is None else end
     header = parse_header(buf, pos)
@@ -179,6 +184,12 @@ def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0, end: int |
             f"record batch at position {pos} has {header.records_count} records "
             f"but last_offset_delta={header.last_offset_delta}"
         )
+    body = size - HEADER_SIZE
+    if header.attributes & ATTR_COMPRESSION_MASK == 0 and header.records_count > body // MIN_RECORD_SIZE:
+        raise CorruptRecordError(
+            f"record batch at position {pos} claims {header.records_count} records but its {body} bytes of "
+            f"records hold at most {body // MIN_RECORD_SIZE} (a record takes at least {MIN_RECORD_SIZE} bytes)"
+        )
     actual = crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
     if actual != header.crc:
         raise CorruptRecordError(
@@ -204,14 +215,18 @@ def iter_batches(
     """Yield ``(position, header)`` for each complete batch in ``buf``, in order.
 
     With ``validate`` each batch is fully checked (CRC included); a bad batch raises. A trailing
-    partial batch is not yielded.
+    partial batch is not yielded. Without ``validate`` a batch whose ``batchLength`` does not cover its
+    header is yielded (the caller may look at it) and ends the iteration: its length cannot be trusted to
+    find the next one, and a length of -12 would otherwise never move the position.
     """
     pos = 0
     n = len(buf)
     while True:
         size = batch_size_at(buf, pos)
-        if size is None or pos + size > n:
+        if size is None or (pos + size > n and size >= HEADER_SIZE):
             return
         header = validate_batch(buf, pos, n) if validate else parse_header(buf, pos)
         yield pos, header
-        pos += header.size_bytes
+        if size < HEADER_SIZE:
+            return
+        pos += size

@@ -80,6 +80,12 @@ class BrokerHarness:
         self.replicas.complete_delayed(*sorted(touched))
         return image
 
+    def broker_epoch(self, broker_id: int) -> int:
+        """The broker epoch the image has for ``broker_id`` (what its fetches must carry)."""
+        broker = self.image.broker(broker_id)
+        assert broker is not None, f"broker {broker_id} is not registered"
+        return broker.broker_epoch
+
     def register(self, broker_id: int) -> None:
         epoch = self.image.offset + 1
         endpoint = Endpoint("PLAINTEXT", "127.0.0.1", 9092 + broker_id)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+import pytest
+
 from broker.handlers import fetch, produce
 from log.record import build_batch, iter_batches
 from proto import broker_pb2 as pb
@@ -16,15 +18,21 @@ from tests.broker.test_produce_handler import answer, produce_request
 
 def fetch_request(
     targets: Sequence[tuple[str, int, int]], *, max_wait_ms: int = 0, min_bytes: int = 1, max_bytes: int = 1 << 20,
-    partition_max_bytes: int = 1 << 20, replica_id: int = -1, epoch: int = -1,
+    partition_max_bytes: int = 1 << 20, replica_id: int = -1, epoch: int = -1, replica_epoch: int = -1,
 ) -> pb.FetchRequest:  # fmt: skip
-    request = pb.FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes)
+    request = pb.FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
+                              replica_epoch=replica_epoch)  # fmt: skip
     for topic, partition, offset in targets:
         request.topics.add(name=topic).partitions.add(
             partition=partition, fetch_offset=offset, partition_max_bytes=partition_max_bytes,
             current_leader_epoch=epoch,
         )  # fmt: skip
     return request
+
+
+def follower_request(harness: BrokerHarness, offset: int, topic: str = "t") -> pb.FetchRequest:
+    """Broker 1's fetch of ``topic``-0 from ``offset``, with its current broker epoch."""
+    return fetch_request([(topic, 0, offset)], replica_id=1, replica_epoch=harness.broker_epoch(1))
 
 
 def part(response: pb.FetchResponse, topic: str = "t", partition: int = 0) -> pb.FetchPartitionResponse:
@@ -116,10 +124,32 @@ def test_consumers_see_only_committed_records_followers_everything(harness: Brok
     assert consumer.records == b""
     assert consumer.high_watermark == 0
     assert consumer.log_end_offset == 1
-    follower = part(fetch.handle(harness.ctx, fetch_request([("t", 0, 0)], replica_id=1)))
+    follower = part(fetch.handle(harness.ctx, follower_request(harness, 0)))
     assert [h.base_offset for _, h in iter_batches(follower.records)] == [0]
-    part(fetch.handle(harness.ctx, fetch_request([("t", 0, 1)], replica_id=1)))  # reports position 1
+    part(fetch.handle(harness.ctx, follower_request(harness, 1)))  # reports position 1
     assert part(fetch.handle(harness.ctx, fetch_request([("t", 0, 0)]))).records == follower.records
+
+
+@pytest.mark.parametrize("replica_epoch", ["stale", "missing", "unregistered"])
+def test_a_fetch_posing_as_a_follower_moves_nothing(harness: BrokerHarness, replica_epoch: str) -> None:
+    """A fetch that claims replica id 1 must carry broker 1's current broker epoch (KIP-903's ReplicaEpoch): else
+    STALE_BROKER_EPOCH, no records, and neither the follower's position nor the high watermark moves."""
+    harness.register(1)
+    harness.create_topic("t", replicas=[0, 1], isr=[0, 1])
+    append(harness, batch([b"a"]))
+    epoch = {"stale": harness.broker_epoch(1) - 1, "missing": -1, "unregistered": harness.broker_epoch(1)}
+    replica_id = 7 if replica_epoch == "unregistered" else 1
+    request = fetch_request([("t", 0, 1)], replica_id=replica_id, replica_epoch=epoch[replica_epoch])
+    response = fetch.handle(harness.ctx, request)
+    assert response.error.code == "STALE_BROKER_EPOCH"
+    answer = part(response)
+    assert answer.error.code == "STALE_BROKER_EPOCH"
+    assert f"broker {replica_id}" in answer.error.message
+    assert answer.records == b""
+    assert harness.partition("t").high_watermark == 0
+    assert harness.partition("t").follower_offsets() == {1: -1}
+    part(fetch.handle(harness.ctx, follower_request(harness, 1)))  # the real follower, with its epoch
+    assert harness.partition("t").high_watermark == 1
 
 
 def background_fetch(
@@ -195,10 +225,10 @@ def test_a_consumer_long_poll_waits_for_the_high_watermark(harness: BrokerHarnes
     harness.create_topic("t", replicas=[0, 1], isr=[0, 1])
     thread, results = background_fetch(harness, fetch_request([("t", 0, 0)], max_wait_ms=60_000))
     append(harness, batch([b"a"]))
-    fetch.handle(harness.ctx, fetch_request([("t", 0, 0)], replica_id=1))  # the follower reads at 0
+    fetch.handle(harness.ctx, follower_request(harness, 0))  # the follower reads at 0
     assert thread.is_alive(), "a consumer saw uncommitted data"
     assert not results
-    fetch.handle(harness.ctx, fetch_request([("t", 0, 1)], replica_id=1))  # HW -> 1
+    fetch.handle(harness.ctx, follower_request(harness, 1))  # HW -> 1
     thread.join(10)
     assert results
     assert part(results[0]).records

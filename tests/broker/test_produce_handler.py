@@ -6,9 +6,10 @@ import threading
 from collections.abc import Sequence
 
 from broker.handlers import fetch, produce
+from log.record import build_batch
 from proto import broker_pb2 as pb
 from tests.broker.cluster import wait_for
-from tests.broker.conftest import BrokerHarness, batch
+from tests.broker.conftest import START_MS, BrokerHarness, batch
 
 
 def produce_request(
@@ -114,7 +115,7 @@ def test_acks_all_times_out_when_the_isr_does_not_follow(harness: BrokerHarness)
 
 def follower_fetch(harness: BrokerHarness, offset: int, replica_id: int = 1) -> pb.FetchResponse:
     request = pb.FetchRequest(
-        replica_id=replica_id, max_wait_ms=0, max_bytes=1 << 20,
+        replica_id=replica_id, replica_epoch=harness.broker_epoch(replica_id), max_wait_ms=0, max_bytes=1 << 20,
         topics=[pb.FetchTopic(name="t", partitions=[pb.FetchPartition(partition=0, fetch_offset=offset,
                                                                       current_leader_epoch=-1)])],
     )  # fmt: skip
@@ -155,3 +156,29 @@ def test_acks_all_fails_when_leadership_moves(harness: BrokerHarness) -> None:
     thread.join(10)
     assert results
     assert answer(results[0]).error.code == "NOT_LEADER_OR_FOLLOWER"
+
+
+def test_a_request_that_must_not_wait_stops_at_a_held_batch_and_resumes_in_order(harness: BrokerHarness) -> None:
+    """The gRPC event loop appends with ``hold=False``: it stops at the first batch that would be held for its
+    turn (S8), nothing after it appended; :func:`produce.resume` goes on from it on a thread that may wait,
+    in the request's order."""
+    harness.create_topic("t", partitions=2)
+
+    def idempotent(seq: int) -> bytes:
+        return build_batch([b"v%d" % seq], timestamp_ms=START_MS, producer_id=7, producer_epoch=0, base_sequence=seq)
+
+    assert not answer(produce.handle(harness.ctx, produce_request("t", idempotent(0)))).error.code
+    request = produce_request("t", [(0, idempotent(2)), (1, batch([b"after"]))])  # sequence 1 is still on its way
+    started = produce.begin(harness.ctx, request, hold=False)
+    assert isinstance(started, produce.PendingProduce)
+    assert started.pending.held
+    assert harness.partition("t", 1).log_end_offset == 0  # nothing after the held batch went in
+    resumed: list[object] = []
+    thread = threading.Thread(target=lambda: resumed.append(produce.resume(harness.ctx, started)))
+    thread.start()
+    assert not answer(produce.handle(harness.ctx, produce_request("t", idempotent(1)))).error.code  # it arrives
+    thread.join(10.0)
+    response = resumed[0]
+    assert isinstance(response, pb.ProduceResponse)
+    assert (answer(response, 0).base_offset, answer(response, 1).base_offset) == (2, 0)
+    assert not answer(response, 0).error.code

@@ -10,10 +10,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.handlers import fetch
-from broker.log_manager import HW_CHECKPOINT, PARTITION_METADATA, parse_partition_dir
+from broker.controller_channel import ControllerChannel
+from broker.handlers import fetch, produce
+from broker.log_manager import (
+    DELETE_SUFFIX,
+    HW_CHECKPOINT,
+    MAX_NAME_BYTES,
+    PARTITION_METADATA,
+    STRAY_SUFFIX,
+    aside_dir_name,
+    parse_partition_dir,
+)
 from broker.maintenance import LogMaintenance
-from broker.metadata_loader import config_changes, image_changes
+from broker.metadata_loader import MetadataLoader, config_changes, image_changes
 from controller.image import MetadataDelta, MetadataImage
 from controller.records import (
     Config,
@@ -25,12 +34,15 @@ from controller.records import (
     RegisterBroker,
     RemoveTopic,
     Topic,
+    encode_record,
 )
 from log.clock import ManualClock
 from log.errors import StorageError
+from proto import controller_pb2
 from replication.partition import Role
 from tests.broker.conftest import BrokerHarness, batch
 from tests.broker.test_fetch_handler import append, fetch_request, part
+from tests.broker.test_produce_handler import answer, produce_request
 
 
 def test_partition_directories_carry_the_topic_id(harness: BrokerHarness) -> None:
@@ -49,6 +61,38 @@ def test_a_deleted_topic_loses_its_directories(harness: BrokerHarness) -> None:
     harness.delete_topic("t")
     assert harness.replicas.partition("t", 0) is None
     assert not any(path.name.startswith("t-") for path in harness.root.iterdir())
+
+
+def test_a_249_character_topic_is_deleted_and_set_aside_within_the_name_limit(tmp_path: Path) -> None:
+    """Issue 15: ``<249 chars>-0.<32 hex>-delete`` is 289 bytes; Kafka cuts the topic short, and so do we."""
+    longest = "t" * 249
+    h = BrokerHarness(tmp_path / "b")
+    try:
+        topic_id = h.create_topic(longest, partitions=2)
+        append(h, batch([b"x"]), longest, 1)
+        h.apply(RemoveTopic(topic_id))
+        assert h.replicas.partition(longest, 0) is None
+        assert [p.name for p in h.root.iterdir() if p.name.startswith("ttt")] == []  # deleted, not left aside
+        stray_id = h.create_topic(longest)
+        h.close()
+        h = BrokerHarness(tmp_path / "b")  # the topic is gone from this new image: its log is a stray
+        assert h.replicas.quarantine_strays() == [(longest, 0)]
+        (aside,) = [p.name for p in h.root.iterdir() if p.name.startswith("ttt")]
+        assert aside.endswith("-stray")
+        assert len(aside.encode()) == MAX_NAME_BYTES
+        assert aside.startswith("t" * 10)
+        assert "-0." in aside
+        assert stray_id
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("suffix", [DELETE_SUFFIX, STRAY_SUFFIX])
+def test_aside_names_keep_what_fits(suffix: str) -> None:
+    assert aside_dir_name("orders-12", suffix, "ab" * 16) == f"orders-12.{'ab' * 16}{suffix}"
+    name = aside_dir_name("x" * 249 + "-99999", suffix, "cd" * 16)
+    assert len(name) == MAX_NAME_BYTES
+    assert name.endswith(f"-99999.{'cd' * 16}{suffix}")
 
 
 def test_reassignment_away_deletes_and_follower_refuses_writes(harness: BrokerHarness) -> None:
@@ -80,7 +124,7 @@ def test_restart_keeps_data_and_high_watermark_and_sets_strays_aside(tmp_path: P
     first.create_topic("kept", replicas=[0, 1], isr=[0, 1])
     first.create_topic("gone")
     append(first, batch([b"a", b"b"]), "kept")
-    fetch.handle(first.ctx, fetch_request([("kept", 0, 2)], replica_id=1))  # HW 2
+    fetch.handle(first.ctx, fetch_request([("kept", 0, 2)], replica_id=1, replica_epoch=first.broker_epoch(1)))  # HW 2
     assert first.partition("kept").high_watermark == 2
     records = part(fetch.handle(first.ctx, fetch_request([("kept", 0, 0)])), "kept").records
     kept_id = first.topic_ids["kept"]
@@ -214,3 +258,36 @@ def test_idle_logs_are_flushed_by_flush_ms(tmp_path: Path) -> None:
         assert h.partition("lazy").log.recovery_point == 0
     finally:
         h.close()
+
+
+def test_a_file_system_refusal_in_the_metadata_thread_takes_the_log_dir_offline(harness: BrokerHarness) -> None:
+    """Kafka's LogDirFailureChannel: an OSError while following the metadata (here a file where a partition's
+    directory must go) takes the log dir offline: every partition answers KAFKA_STORAGE_ERROR, later metadata
+    is still published (without touching the disk), the broker asks to be fenced; nothing stops the thread."""
+    harness.create_topic("ok")
+    append(harness, batch([b"a"]), "ok")
+    (harness.root / "bad-0").write_text("a file squatting the directory name")
+    loader = MetadataLoader(0, ControllerChannel(["127.0.0.1:1"]), harness.metadata, harness.replicas)
+    failures: list[int] = []
+    loader.on_log_dir_failure = lambda: failures.append(1)
+    bad_id = str(uuid.uuid4())
+    assert loader.apply(entries(harness, Topic("bad", bad_id), Partition(bad_id, 0, (0,), (0,), 0)))
+    assert failures == [1]
+    assert harness.image.topic("bad") is not None  # published all the same
+    assert "FileExistsError" in (harness.replicas.offline_reason or "")
+    produced = answer(produce.handle(harness.ctx, produce_request("ok", batch([b"b"]))))
+    assert produced.error.code == "KAFKA_STORAGE_ERROR"
+    assert "offline" in produced.error.message
+    assert part(fetch.handle(harness.ctx, fetch_request([("ok", 0, 0)])), "ok").error.code == "KAFKA_STORAGE_ERROR"
+    assert loader.apply(entries(harness, RemoveTopic(harness.topic_ids["ok"])))  # goes on, touching no file
+    assert (harness.root / "ok-0").is_dir()
+    assert failures == [1]
+
+
+def entries(harness: BrokerHarness, *records: MetadataRecord) -> controller_pb2.FetchMetadataResponse:
+    """A FetchMetadata answer carrying ``records`` right after the harness's image."""
+    first = harness.image.offset + 1
+    return controller_pb2.FetchMetadataResponse(entries=[
+        controller_pb2.MetadataLogEntry(offset=first + i, term=1, payload=encode_record(r))
+        for i, r in enumerate(records)
+    ], end_offset=first + len(records))  # fmt: skip

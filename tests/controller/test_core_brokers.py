@@ -55,9 +55,11 @@ def test_same_incarnation_registering_again_is_idempotent(harness: CoreHarness) 
 
 
 def test_new_incarnation_gets_a_new_higher_epoch_and_starts_fenced(harness: CoreHarness) -> None:
-    """R1, R3: a restarted broker (new incarnation) gets a new registration with a higher epoch."""
+    """R1, R3: a restarted broker (new incarnation) gets a new registration with a higher epoch (once the old
+    incarnation's session expired: R5)."""
     harness.start_brokers([0])
     first = harness.epoch(0)
+    harness.advance(SESSION_MS + 1)
     second = harness.register(0, generation=1).broker_epoch
     assert second > first
     broker = harness.image.broker(0)
@@ -71,11 +73,34 @@ def test_reregistration_moves_the_old_incarnations_leaderships(harness: CoreHarn
     """R3, E2: the old incarnation's leaderships and ISR seats go in the registering command."""
     harness.start_brokers([0, 1])
     harness.create_topic("t", assignments=[[0, 1]], partitions=-1, rf=-1)
+    harness.advance(SESSION_MS + 1)  # broker 0 crashed: no heartbeat, and no tick yet to fence it
+    harness.heartbeat(1)
     harness.register(0, generation=1)
     reg = harness.partition("t")
     assert (reg.leader, reg.isr) == (1, (1,))
     assert isinstance(harness.results[-1].commands[0][0], RegisterBroker)
     assert len(harness.results[-1].commands) == 1  # one atomic command
+
+
+def test_another_incarnation_of_a_live_broker_is_refused(harness: CoreHarness) -> None:
+    """R5: DUPLICATE_BROKER_REGISTRATION while the registered incarnation's session is alive; nothing written,
+    the live broker's session untouched (it still expires on its own); accepted once it expired or is fenced."""
+    harness.start_brokers([0])
+    epoch, offset = harness.epoch(0), harness.image.offset
+    refused = harness.register(0, generation=1)
+    assert refused.error.code == "DUPLICATE_BROKER_REGISTRATION"
+    assert "broker id 0" in refused.error.message
+    assert "session is alive" in refused.error.message
+    assert (harness.image.offset, harness.epoch(0)) == (offset, epoch)
+    harness.advance(SESSION_MS - 1)
+    assert harness.register(0, generation=1).error.code == "DUPLICATE_BROKER_REGISTRATION"  # no contact made
+    harness.tick(2)  # the live broker's session expires: it is fenced
+    broker = harness.image.broker(0)
+    assert broker is not None
+    assert broker.fenced
+    accepted = harness.register(0, generation=1)
+    assert not accepted.error.code
+    assert accepted.broker_epoch > epoch
 
 
 @pytest.mark.parametrize(
@@ -360,6 +385,7 @@ def test_broker_in_controlled_shutdown_is_not_unfenced_or_readmitted(harness: Co
     harness.heartbeat(0, want_shut_down=True)
     assert not harness.heartbeat(0).should_shut_down
     assert harness.partition("t").leader == 1
+    harness.advance(SESSION_MS + 1)  # it stopped without a word; a new incarnation may register (R5)
     harness.register(0, generation=1)
     assert not harness.heartbeat(0).is_fenced
     broker = harness.image.broker(0)

@@ -12,6 +12,7 @@ import random
 import pytest
 
 from controller.core.placement import assign_replicas
+from controller.core.topics import Refused, check_dir_name
 from controller.records import Config, ConfigResourceType, Partition, RemoveTopic, Topic
 from proto import controller_pb2 as pb
 from tests.controller.conftest import CoreHarness, make_harness
@@ -360,3 +361,43 @@ def test_placement_of_partitions_matches_the_unfenced_brokers_only(three: CoreHa
     three.register(9)  # fenced
     three.create_topic("t", 30, 3)
     assert all(9 not in reg.replicas for _, reg in three.image.all_partitions())
+
+
+# --- limits: replicas per broker, directory names ------------------------------------------------------
+
+
+def test_replicas_per_broker_are_capped_by_max_broker_partitions() -> None:
+    """T9: CreateTopics and CreatePartitions refuse (POLICY_VIOLATION, nothing written) what would put more than
+    max.broker.partitions replicas on a broker, counting topics created before in the same request."""
+    h = make_harness({"max.broker.partitions": "10"})
+    h.start_brokers([0, 1])
+    assert not h.create_topic("a", 8, 2).error.code  # 8 replicas on each broker
+    offset = h.image.offset
+    refused = h.create_topic("b", 5, 1)  # 3 + 2 more: one broker would hold 11
+    assert refused.error.code == "POLICY_VIOLATION"
+    assert "would hold 11 partition replicas, above max.broker.partitions=10" in refused.error.message
+    assert h.image.offset == offset
+    assert _grow(h, "a", 11).error.code == "POLICY_VIOLATION"  # 3 more on each: 11 > 10
+    assert not _grow(h, "a", 9).error.code  # 9 on each
+    both = h.call("CreateTopics", pb.CreateTopicsRequest(topics=[
+        pb.TopicToCreate(name="c", num_partitions=1, replication_factor=2),
+        pb.TopicToCreate(name="d", num_partitions=1, replication_factor=2),
+    ]))  # fmt: skip
+    assert [t.error.code for t in both.topics] == ["", "POLICY_VIOLATION"]  # c takes the last seat of each
+    request = pb.AlterConfigsRequest()
+    request.resources.add(resource_type="cluster", resource_name="").entries.add(key="max.broker.partitions",
+                                                                                 value="100")  # fmt: skip
+    assert not h.call("AlterConfigs", request).resources[0].error.code
+    assert not h.create_topic("d", 1, 2).error.code  # the cluster config raised the limit
+
+
+def test_partition_directory_names_fit_the_file_system() -> None:
+    """T10: ``<topic>-<partition>`` of a 249-character topic fits 255 bytes up to partition 99999 (a request for
+    more is refused before any placement: shown on the rule itself, 100,000 partitions being too many to make
+    in a test)."""
+    longest = "x" * 249
+    check_dir_name(longest, 100_000)
+    with pytest.raises(Refused, match="longer than 255 bytes") as refused:
+        check_dir_name(longest, 100_001)
+    assert refused.value.code == "INVALID_PARTITIONS"
+    check_dir_name("y" * 244, 10**10)

@@ -8,6 +8,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from controller.launcher import wait_until
 from log.append import AppendInfo
 from log.clock import ManualClock
 from log.config import LogConfig
+from log.errors import CorruptRecordError
 from log.log import Log
 from log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
 from log.producer_state_file import list_snapshots
@@ -38,11 +40,11 @@ def batch(pid: int, epoch: int, seq: int, n: int = 1, *, ts: int = START_MS) -> 
     return build_batch([b"x" * 50] * n, timestamp_ms=ts, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
 
 
-def open_partition(path: Path, broker: int, clock: ManualClock, **kwargs: int) -> Partition:
+def open_partition(path: Path, broker: int, clock: ManualClock, **kwargs: Any) -> Partition:
     return Partition("id", "t", 0, Log.open(path, CONFIG, clock), broker, clock, **kwargs)
 
 
-def leader(path: Path, clock: ManualClock, **kwargs: int) -> Partition:
+def leader(path: Path, clock: ManualClock, **kwargs: Any) -> Partition:
     p = open_partition(path, 0, clock, **kwargs)
     assert p.make_leader(Reg((0, 1), (0,), 0))
     return p
@@ -170,9 +172,11 @@ def test_a_held_batch_fails_at_once_when_the_leader_steps_down(tmp_path: Path) -
     p.close()
 
 
-def _append_catching(p: Partition, records: bytes, errors: list[BaseException]) -> None:
+def _append_catching(
+    p: Partition, records: bytes, errors: list[BaseException], deadline_ms: float | None = None
+) -> None:
     try:
-        p.append_as_leader(records, acks=1)
+        p.append_as_leader(records, acks=1, deadline_ms=deadline_ms)
     except Exception as exc:
         errors.append(exc)
 
@@ -257,3 +261,93 @@ def test_producers_expire_after_producer_id_expiration_ms(tmp_path: Path) -> Non
     with pytest.raises(UnknownProducerIdError):  # 7 expired: its next batch is not recognized
         p.append_as_leader(batch(7, 0, 1), acks=1)
     p.close()
+
+
+def test_producers_expire_by_broker_time_not_by_the_timestamps_they_wrote(tmp_path: Path) -> None:
+    """Issue 15: a producer whose batches carry a timestamp far in the future still expires
+    producer.id.expiration.ms after this broker last wrote one of its batches (leader and follower alike)."""
+    clock = ManualClock(START_MS)
+    options = {"producer_id_expiration_ms": 60_000, "producer_id_expiration_check_interval_ms": 1000,
+               "sequence_wait_ms": 0}  # fmt: skip
+    p = leader(tmp_path / "l", clock, **options)
+    f = open_partition(tmp_path / "f", 1, clock, **options)
+    assert f.make_follower(Reg((0, 1), (0,), 0))
+    # the default message.timestamp.after.max.ms (1 hour) lets a timestamp 59 minutes ahead in
+    p.append_as_leader(batch(7, 0, 0, ts=START_MS + 59 * 60_000), acks=1)
+    replicate(p, f)
+    assert p.producer_entries()[7].last_timestamp_ms == f.producer_entries()[7].last_timestamp_ms == START_MS
+    clock.advance(61_000)
+    p.append_as_leader(batch(8, 0, 0), acks=1)  # the check runs with appends
+    replicate(p, f)
+    assert set(p.producer_entries()) == set(f.producer_entries()) == {8}
+    p.close()
+    f.close()
+
+
+def test_a_partition_remembers_at_most_producer_id_max_producers(tmp_path: Path) -> None:
+    """S9: a new producer beyond the bound evicts the one written to longest ago; the others keep their dedup."""
+    clock = ManualClock(START_MS)
+    p = leader(tmp_path / "l", clock, producer_id_max=3, sequence_wait_ms=0)
+    for pid in (1, 2, 3):
+        p.append_as_leader(batch(pid, 0, 0), acks=1)
+        clock.advance(1)
+    p.append_as_leader(batch(1, 0, 1), acks=1)  # 1 is now the most recent
+    p.append_as_leader(batch(4, 0, 0), acks=1)  # evicts 2
+    assert set(p.producer_entries()) == {1, 3, 4}
+    assert p.append_as_leader(batch(1, 0, 1), acks=1).first_offset == 3  # still deduplicated
+    with pytest.raises(UnknownProducerIdError):
+        p.append_as_leader(batch(2, 0, 1), acks=1)
+    p.close()
+    reopened = leader(tmp_path / "l", clock, producer_id_max=2, sequence_wait_ms=0)  # a smaller bound at load
+    assert set(reopened.producer_entries()) == {1, 4}
+    reopened.close()
+
+
+def test_a_malformed_batch_is_refused_before_its_sequence_is_looked_at(tmp_path: Path) -> None:
+    """Validation first (Kafka's LogValidator before the producer state): a corrupt batch that is also ahead of
+    its turn is CORRUPT_MESSAGE at once, never held (S8)."""
+    clock = ManualClock(START_MS)
+    p = leader(tmp_path / "l", clock, sequence_wait_ms=60_000)
+    p.append_as_leader(batch(7, 0, 0), acks=1)
+    damaged = bytearray(batch(7, 0, 5))
+    damaged[-3] ^= 0xFF  # inside the record: the CRC fails
+    with pytest.raises(CorruptRecordError):
+        p.append_as_leader(bytes(damaged), acks=1)
+    assert p.log_end_offset == 1
+    p.close()
+
+
+def test_a_held_batch_waits_no_longer_than_its_request_deadline(tmp_path: Path) -> None:
+    """One deadline per request: the hold ends at ``deadline_ms`` when that comes before sequence_wait_ms."""
+    clock = ManualClock(START_MS)
+    p = leader(tmp_path / "l", clock, sequence_wait_ms=60_000)
+    p.append_as_leader(batch(7, 0, 0), acks=1)
+    errors: list[BaseException] = []
+    early = threading.Thread(target=lambda: _append_catching(p, batch(7, 0, 3), errors, clock.monotonic_ms() + 100))
+    early.start()
+    wait_until(lambda: _waiting(early), 10.0, "the early batch to be held")
+    clock.advance(100)  # the request's deadline, long before the 60 s hold bound
+    early.join(10.0)
+    assert not early.is_alive()
+    assert [type(e) for e in errors] == [OutOfOrderSequenceError]
+    p.close()
+
+
+def test_batches_held_at_once_are_bounded_across_partitions(tmp_path: Path) -> None:
+    """A held batch keeps its request's thread: beyond the broker's slots one is refused at once (S8)."""
+    clock = ManualClock(START_MS)
+    slots = threading.BoundedSemaphore(1)
+    a = leader(tmp_path / "a", clock, sequence_wait_ms=60_000, held_batch_slots=slots)
+    b = leader(tmp_path / "b", clock, sequence_wait_ms=60_000, held_batch_slots=slots)
+    a.append_as_leader(batch(7, 0, 0), acks=1)
+    results: list[AppendInfo] = []
+    held = _hold(a, batch(7, 0, 2), results)  # takes the only slot
+    with pytest.raises(UnknownProducerIdError):
+        b.append_as_leader(batch(8, 0, 1), acks=1)  # ahead too, but no slot: refused, not held
+    a.append_as_leader(batch(7, 0, 1), acks=1)
+    held.join(10.0)
+    assert [r.first_offset for r in results] == [2]
+    assert b.append_as_leader(batch(8, 0, 0), acks=1).first_offset == 0
+    assert slots.acquire(blocking=False)  # the slot came back
+    a.close()
+    b.close()

@@ -24,10 +24,11 @@ from log.clock import ManualClock
 from log.config import LogConfig
 from log.errors import InvalidRecordError
 from log.log import Log
-from log.record.header import ATTR_DELETE_HORIZON, parse_header
+from log.record.header import ATTR_DELETE_HORIZON, HEADER_SIZE, parse_header
 from log.segment import LOG_SUFFIX, Segment, file_stem
 from tests.log.conftest import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, START_MS, OpenLog, small_config
 from tests.log.test_cleaner_support import Rec, clean, keyed_batch, read_all, read_batches
+from tests.log.test_record_codec import recrc
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -467,3 +468,38 @@ def test_a_log_closed_under_the_cleaner_ends_the_pass(open_log: OpenLog, clock: 
     assert not list(log.dir.glob("*.cleaned"))
     reopened = open_log(compact_config(), path=log.dir)
     assert len(read_all(reopened)) == 300
+
+
+def test_a_log_that_cannot_be_cleaned_is_marked_and_the_others_are_cleaned(tmp_path: Path, clock: ManualClock) -> None:
+    """A batch with a valid CRC but records that do not decode (a follower's copy takes it as is) makes its log's
+    pass fail: the log is marked uncleanable (Kafka's markPartitionUncleanable) and the cleaner goes on with the
+    next filthiest, in the same call; it tries the partition again once its log is opened anew."""
+    bad = Log.open(tmp_path / "bad-0", compact_config(), clock)
+    fill(bad, clock, 40, 4)
+    garbage = bytearray(keyed_batch([Rec(b"k", b"v" * 30, clock.time_ms())]))
+    garbage[HEADER_SIZE:] = b"\xff" * (len(garbage) - HEADER_SIZE)  # varints that never end
+    garbage[:8] = bad.log_end_offset.to_bytes(8, "big")
+    bad.append_as_follower(recrc(garbage))
+    fill(bad, clock, 40, 4, start=40)
+    good = Log.open(tmp_path / "good-0", compact_config(), clock)
+    logs = {"bad-0": bad, "good-0": good}
+    cleaner = LogCleaner(lambda: {n: (log, log.log_end_offset) for n, log in logs.items()}, CleanerConfig(), clock)
+    fill(good, clock, 200, 5)
+    good.roll()
+    clean(good, clock.time_ms(), manager=cleaner.manager)
+    latest = fill(good, clock, 200, 5, start=200)  # dirty again, but less than the never cleaned bad log
+    for log in (bad, good):
+        log.roll()
+    result = cleaner.clean_once()
+    assert result is not None
+    assert cleaner.manager.uncleanable() == ["bad-0"]
+    assert latest_by_key(read_all(good)) == latest  # the good log was cleaned in the same call
+    assert len(read_all(good)) == 5
+    assert cleaner.clean_once() is None  # nothing due: the bad log is skipped, the good one is clean
+    bad.close()
+    logs["bad-0"] = Log.open(tmp_path / "bad-0", compact_config(), clock)
+    assert cleaner.manager.uncleanable() == []  # a new Log of the partition is tried again
+    assert cleaner.clean_once() is None
+    assert cleaner.manager.uncleanable() == ["bad-0"]
+    for log in logs.values():
+        log.close()

@@ -14,12 +14,13 @@ from log.config import LogConfig
 from log.errors import (
     CorruptRecordError,
     InvalidRecordError,
+    InvalidTimestampError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     StorageError,
 )
 from log.log import Log
-from log.record.header import parse_header, validate_batch
+from log.record.header import HEADER_SIZE, parse_header, validate_batch
 from tests.log.conftest import (
     START_MS,
     OpenLog,
@@ -171,6 +172,30 @@ def test_log_append_time_stamps_the_batch_and_fixes_its_crc(open_log: OpenLog, c
     assert header.is_log_append_time
     assert header.max_timestamp == START_MS + 5000
     assert log.offset_for_timestamp(START_MS + 4000) == (0, START_MS + 5000)
+
+
+def test_create_time_the_leader_writes_the_true_max_timestamp(open_log: OpenLog) -> None:
+    """Kafka's leader sets maxTimestamp (and the CreateTime bit) from the records when the producer's differ."""
+    lying = bytearray(make_batch([b"a", b"b"], timestamps=[START_MS, START_MS + 7]))
+    lying[35:43] = (START_MS + 10**6).to_bytes(8, "big")  # maxTimestamp
+    lying[22] |= 0x08  # the LogAppendTime bit, on a CreateTime topic
+    lying[17:21] = crc32c(bytes(lying[21:])).to_bytes(4, "big")
+    log = open_log()
+    info = log.append(bytes(lying))
+    assert info.max_timestamp == START_MS + 7
+    stored = log.read(0, 1000).records
+    header = validate_batch(stored)  # the CRC was recomputed
+    assert (header.max_timestamp, header.is_log_append_time) == (START_MS + 7, False)
+    assert stored[HEADER_SIZE:] == lying[HEADER_SIZE:]  # the records are written as they came
+
+
+def test_records_out_of_the_timestamp_bounds_write_nothing(open_log: OpenLog, clock: ManualClock) -> None:
+    log = open_log(small_config(message_timestamp_after_max_ms=1000, message_timestamp_before_max_ms=1000))
+    log.append(make_batch([b"in"], base_timestamp=START_MS + 1000))
+    for timestamp in (START_MS + 1001, START_MS - 1001):
+        with pytest.raises(InvalidTimestampError, match="out of range"):
+            log.append(make_batch([b"ok"], base_timestamp=START_MS) + make_batch([b"late"], base_timestamp=timestamp))
+    assert log.log_end_offset == 1
 
 
 def test_follower_append_keeps_offsets_and_epochs(open_log: OpenLog) -> None:

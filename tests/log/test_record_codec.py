@@ -322,7 +322,7 @@ def _single_record_batch(record_body: bytes, records_count: int = 1, last_offset
         ("0c000000090102036100", "invalid key length -5"),  # keyLength -5
         ("0c0000000103016100", "invalid value length -2"),  # valueLength -2
         ("7e000000010100", "does not fit"),  # length 63 > the 6 bytes that remain
-        ("02000000", "does not fit"),  # length 1: shorter than any record
+        ("02000000", "hold at most 0"),  # 4 bytes cannot hold a record (at least 7): the header check refuses
         ("0c000000010101", "invalid header count -1"),  # headersCount -1
         ("140000000101020461ff01", "not UTF-8"),  # one header, key 0x61 0xff
         ("0e0000000101000000", "should end at byte"),  # length 7 but the fields take 6
@@ -351,12 +351,16 @@ def test_offset_deltas_must_grow_and_stay_within_last_offset_delta() -> None:
 
 
 def test_records_count_must_match_the_records() -> None:
-    two = BatchBuilder()
-    two.append(TS, None, b"a")
-    two.append_with_offset_delta(5, TS, None, b"b")
+    two = BatchBuilder()  # values long enough that the header's size check lets 3 records through
+    two.append(TS, None, b"a" * 20)
+    two.append_with_offset_delta(20, TS, None, b"b" * 20)
     batch = bytearray(two.build())
     struct.pack_into(">i", batch, RECORDS_COUNT_OFFSET, 3)
     with pytest.raises(CorruptRecordError, match="declares 3 records but holds 2"):
+        read_batch(recrc(batch))
+    body = len(batch) - HEADER_SIZE  # 54 bytes: room for 7 records of the smallest size (7 bytes)
+    struct.pack_into(">i", batch, RECORDS_COUNT_OFFSET, 8)  # within lastOffsetDelta 20, but 8 x 7 > 54 bytes
+    with pytest.raises(CorruptRecordError, match=f"claims 8 records but its {body} bytes of records hold at most 7"):
         read_batch(recrc(batch))
     struct.pack_into(">i", batch, RECORDS_COUNT_OFFSET, 1)
     with pytest.raises(CorruptRecordError, match="bytes after its 1 records"):

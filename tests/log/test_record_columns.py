@@ -121,7 +121,8 @@ def test_malformed_records_give_the_readers_error(record_hex: str) -> None:
 
 
 def test_records_count_mismatch_gives_the_readers_error() -> None:
-    batch = _single_record_batch(bytes.fromhex("0c000000010100"), records_count=2, last_offset_delta=1)
+    record = bytes.fromhex("1c0000000110" + "61" * 8 + "00")  # one record with an 8-byte value: 15 bytes
+    batch = _single_record_batch(record, records_count=2, last_offset_delta=1)  # room for 2 by the header check
     with pytest.raises(CorruptRecordError, match="declares 2 records but holds 1"):
         read_batch_columns(batch)
     _same_outcome(batch)

@@ -15,10 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch  # conftest imported kafka warning-free
 
-from log.append import PreparedAppend, prepare_leader_append
+from log.append import PreparedAppend, prepare_leader_append, validate_leader_append
 from log.config import LogConfig
 from log.errors import CorruptRecordError
 from log.record.header import BatchHeader, parse_header
+from log.record.validator import RecordPolicy
 from log.segment import (
     Segment,
     iter_headers,
@@ -48,7 +49,8 @@ def state(segment: Segment) -> tuple[object, ...]:
 
 
 def prepared(batch: bytes, offset: int) -> PreparedAppend:
-    return prepare_leader_append(memoryview(batch), offset, 7, 1 << 30, None)
+    validated = validate_leader_append(memoryview(batch), 1 << 30, RecordPolicy(START_MS), None)
+    return prepare_leader_append(validated, offset, 7, None)
 
 
 def fill(segment: Segment, batches: list[bytes]) -> list[tuple[int, BatchHeader]]:

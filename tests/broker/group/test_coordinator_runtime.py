@@ -55,7 +55,9 @@ class FakePartition:
     def is_leader(self) -> bool:
         return self.role is Role.LEADER
 
-    def append_as_leader(self, batch: bytes, acks: int) -> AppendInfo:
+    def append_as_leader(
+        self, batch: bytes, acks: int, *, deadline_ms: float | None = None, hold: bool = True
+    ) -> AppendInfo:
         if self.fail_with is not None:
             raise self.fail_with
         data = bytearray(batch)
@@ -72,7 +74,8 @@ class FakePartition:
 class FakeReplicas:
     def __init__(self, partition: FakePartition) -> None:
         self.p = partition
-        self.produce_purgatory: Purgatory[Any] = Purgatory("produce", ManualClock(), 100)
+        self.clock = ManualClock()
+        self.produce_purgatory: Purgatory[Any] = Purgatory("produce", self.clock, 100)
 
     def partition(self, topic: str, number: int) -> FakePartition | None:
         return self.p if (topic, number) == (OFFSETS_TOPIC, 0) else None

@@ -106,7 +106,8 @@ def test_heartbeat_errors_unknown_member_fenced_epoch_and_validation() -> None:
         (Heartbeat("g", "", 0), "INVALID_REQUEST"),  # no subscription
         (Heartbeat("g", "", 0, subscribed_topic_names=("t",), session_timeout_ms=10), "INVALID_REQUEST"),
         (Heartbeat("g", "", 0, subscribed_topic_names=("t",), server_assignor="sticky"), "UNSUPPORTED_ASSIGNOR"),
-        (Heartbeat("g", "", 0, subscribed_topic_regex="("), "INVALID_REQUEST"),
+        (Heartbeat("g", "", 0, subscribed_topic_regex="("), "INVALID_REGULAR_EXPRESSION"),
+        (Heartbeat("g", "", 0, subscribed_topic_regex=r"(a)\1"), "INVALID_REGULAR_EXPRESSION"),  # not RE2
         (Heartbeat("g", "m1", -2), "INVALID_REQUEST"),  # static leave without an instance id
     ]
     for hb, code in bad:
