@@ -152,6 +152,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._record(fetch.handle, request, started, arrived)
         return started
 
+    async def ReplicaFetch(self, request_iterator: Any, context: Any) -> Any:
+        """A follower's fetches on one stream, in lockstep: each request answered as :meth:`Fetch` answers it,
+        in order (the follower sends the next one after the answer). The stream ends when the follower
+        closes it, or at the first request that fails (INTERNAL, as Fetch)."""
+        async for request in request_iterator:
+            yield await self.Fetch(request, context)
+
     def _record(self, handler: Callable[..., Any], request: Any, response: Any, arrived: float) -> None:
         """The metrics of a request the coroutines above answered (``_call`` counts the others)."""
         if self._ctx.metrics is not None:
