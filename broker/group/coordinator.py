@@ -283,6 +283,10 @@ class GroupCoordinator:
     def shards(self) -> list[tuple[int, GroupShard, threading.Lock]]:
         return [(s.partition, s.core, s.lock) for s in self._shards.values() if s.loaded]
 
+    def loading(self) -> list[int]:
+        """The ``__consumer_offsets`` partitions this broker leads whose groups are still being loaded."""
+        return sorted(s.partition for s in self._shards.values() if not s.loaded and not s.failure)
+
     def _check_current(self, shard: _Shard) -> None:
         if self._shards.get(shard.partition) is not shard:
             raise GroupError(E.NOT_COORDINATOR, f"broker {self.broker_id} stopped coordinating "
