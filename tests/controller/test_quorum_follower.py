@@ -99,9 +99,7 @@ class Follower:
         self.transport._onMessageReceived(TCPNode(sender), message)
         return list(self.transport.sent)
 
-    def append_entries(
-        self, term: int, prev: Entry, entries: list[Entry], commit_index: int
-    ) -> list[dict[str, Any]]:
+    def append_entries(self, term: int, prev: Entry, entries: list[Entry], commit_index: int) -> list[dict[str, Any]]:
         return self.receive(
             self.leader,
             {
