@@ -12,7 +12,9 @@ but is a string literal of the code (a config key such as ``log.retention.ms``) 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import functools
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -36,9 +38,30 @@ _PLACEHOLDER = re.compile(r"[<>{}*\s$|\[\]=,]|\.\.\.")
 
 
 @functools.cache
+def _ignore_patterns() -> tuple[str, ...]:
+    lines = (ROOT / ".gitignore").read_text().splitlines() if (ROOT / ".gitignore").is_file() else []
+    return tuple(line.strip().strip("/") for line in lines if line.strip() and not line.startswith("#"))
+
+
+def _ignored(path: str) -> bool:
+    """A build or run product (``deploy/build/context/``): a part of its path matches ``.gitignore``."""
+    parts = path.strip("/").split("/")
+    return any(fnmatch.fnmatch(part, pattern) for part in parts for pattern in _ignore_patterns())
+
+
+@functools.cache
 def _tracked_files() -> tuple[str, ...]:
-    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    return tuple(line for line in out.splitlines() if (ROOT / line).is_file())
+    """The repository's files: ``git ls-files`` in a clone, else the tree without what ``.gitignore`` names."""
+    try:
+        out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        names = out.splitlines()
+    except (OSError, subprocess.CalledProcessError):  # an export without .git
+        names = []
+        for top, dirs, files in os.walk(ROOT):
+            dirs[:] = [d for d in dirs if d != ".git" and not _ignored(d)]
+            rel = Path(top).relative_to(ROOT)
+            names += [str(rel / f) for f in files if not _ignored(f)]
+    return tuple(name for name in names if (ROOT / name).is_file())
 
 
 @functools.cache
@@ -49,11 +72,6 @@ def _tracked_top_dirs() -> frozenset[str]:
 @functools.cache
 def _basenames() -> frozenset[str]:
     return frozenset(name.rsplit("/", 1)[-1] for name in _tracked_files())
-
-
-def _ignored(path: str) -> bool:
-    """A build or run product (``deploy/build/context/``): git ignores it."""
-    return subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT).returncode == 0
 
 
 def _documents() -> list[Path]:
