@@ -76,6 +76,7 @@ class RpcServer:
         except BaseException:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(_START_TIMEOUT_S)
+            self._close_loop()
             self.pool.shutdown(wait=False)
             raise
 
@@ -114,5 +115,11 @@ class RpcServer:
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5.0)
+            self._close_loop()
             self.pool.shutdown(wait=False, cancel_futures=True)
             self._stopped.set()
+
+    def _close_loop(self) -> None:
+        """Close the event loop (its selector and self-pipe) once its thread has stopped running it."""
+        if not self._thread.is_alive() and not self._loop.is_closed():
+            self._loop.close()
