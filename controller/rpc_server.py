@@ -13,7 +13,7 @@ produce). Here:
   event they wait for completes from whatever thread it happens on. A waiting call holds a coroutine, not
   a thread.
 
-Admission (STYLE.md §8, every request has a maximum): ``maximum_concurrent_rpcs`` bounds the calls in
+Admission (docs/CONVENTIONS.md §8, every request has a maximum): ``maximum_concurrent_rpcs`` bounds the calls in
 progress (beyond it gRPC answers RESOURCE_EXHAUSTED at once); the services leave room in it for their
 waiting long polls, which they bound separately (the purgatory's ``max_operations``, the controller's
 waiting FetchMetadata), so long polls alone can never fill it.
