@@ -100,6 +100,7 @@ class RpcServer:
         """Stop accepting calls, give those in progress ``grace_s`` to finish, then cancel them; the event
         is set once the loop and the pool are done (safe to call twice)."""
         if self._stopped.is_set() or not self._thread.is_alive():
+            self._close_loop()  # never started (or already stopped)
             self._stopped.set()
             return self._stopped
         threading.Thread(target=self._stop, args=(grace_s,), name=f"{self.name}-stop", daemon=True).start()
