@@ -469,6 +469,16 @@ class UnsupportedByAuthenticationError(KafkaError):
     description = "the operation is not supported with the caller's kind of authentication"
 
 
+class UnacceptableCredentialError(KafkaError):
+    code = "UNACCEPTABLE_CREDENTIAL"
+    description = "the SCRAM credential is not acceptable (user name, iterations, salt or salted password)"
+
+
+class DuplicateResourceError(KafkaError):
+    code = "DUPLICATE_RESOURCE"
+    description = "the request names one resource twice"
+
+
 class CommitFailedError(OdradekError):
     """A commit the coordinator refused because this consumer is no longer a current member of the group (or
     its partitions moved): Kafka's CommitFailedException. Not retriable: the records may be delivered again."""

@@ -25,12 +25,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from controller.configs import ControllerConfig
-from controller.core import brokers, partitions, producer_ids, topics
+from controller.core import brokers, partitions, producer_ids, security, topics
 from controller.core.alter_configs import EffectiveConfig, alter_configs
 from controller.core.common import Clock, Command, ControllerResult, Eligibility, chunk, preview
 from controller.core.elections import imbalanced, reconcile_partitions
 from controller.image import MetadataImage
 from proto import controller_pb2 as pb
+from proto import security_pb2
 
 T = TypeVar("T")
 
@@ -133,6 +134,23 @@ class ControllerCore:
         policy = self._effective(image).leader_policy()
         return self._checked(image, partitions.elect_leaders(image, request, self.max_records, policy))
 
+    # --- ACLs and SCRAM credentials -------------------------------------------------------------
+
+    def create_acls(
+        self, image: MetadataImage, request: security_pb2.CreateAclsRequest
+    ) -> ControllerResult[security_pb2.CreateAclsResponse]:
+        return self._checked(image, security.create_acls(image, request, self.rng, self.max_records))
+
+    def delete_acls(
+        self, image: MetadataImage, request: security_pb2.DeleteAclsRequest
+    ) -> ControllerResult[security_pb2.DeleteAclsResponse]:
+        return self._checked(image, security.delete_acls(image, request, self.max_records))
+
+    def alter_user_scram_credentials(
+        self, image: MetadataImage, request: security_pb2.AlterUserScramCredentialsRequest
+    ) -> ControllerResult[security_pb2.AlterUserScramCredentialsResponse]:
+        return self._checked(image, security.alter_user_scram_credentials(image, request, self.max_records))
+
     # --- periodic work --------------------------------------------------------------------------
 
     def tick(self, image: MetadataImage, now_ms: float | None = None) -> ControllerResult[None]:
@@ -184,5 +202,8 @@ class ControllerCore:
             "AlterConfigs": self.alter_configs,
             "ElectLeaders": self.elect_leaders,
             "AllocateProducerIds": self.allocate_producer_ids,
+            "CreateAcls": self.create_acls,
+            "DeleteAcls": self.delete_acls,
+            "AlterUserScramCredentials": self.alter_user_scram_credentials,
         }
         return handlers[rpc]

@@ -116,6 +116,23 @@ def make_credential(mechanism: str, password: str, salt: bytes, iterations: int 
     return credential
 
 
+def credential_from_salted_password(
+    mechanism: str, salted: bytes, salt: bytes, iterations: int
+) -> ScramCredential:
+    """The credential for a salted password a client computed (Kafka's AlterUserScramCredentials, KIP-554)."""
+    size = hashlib.new(_hash_name(mechanism)).digest_size
+    if len(salted) != size:
+        raise ScramError(f"a {mechanism} salted password is {size} bytes, not {len(salted)}")
+    if not salt:
+        raise ScramError("a salt must not be empty")
+    client_key = hmac_digest(mechanism, salted, b"Client Key")
+    credential = ScramCredential(
+        mechanism, salt, digest(mechanism, client_key), hmac_digest(mechanism, salted, b"Server Key"), iterations
+    )
+    credential.validate()
+    return credential
+
+
 def password_matches(credential: ScramCredential, password: str) -> bool:
     """Whether ``password`` is the one ``credential`` was made from (what PLAIN checks; S2's comparison)."""
     salted = salted_password(credential.mechanism, password, credential.salt, credential.iterations)
