@@ -43,6 +43,7 @@ from broker.handlers import (
     offset_fetch,
     offsets_for_leader_epoch,
     produce,
+    security_admin,
 )
 from broker.lifecycle import LISTENER
 from controller.long_poll import Wakeup, run_blocking
@@ -225,6 +226,21 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     def ElectLeaders(self, request: Any, context: Any) -> Any:
         return self._call(forward.elect_leaders, request, context)
+
+    def CreateAcls(self, request: Any, context: Any) -> Any:
+        return self._call(security_admin.create_acls, request, context)
+
+    def DeleteAcls(self, request: Any, context: Any) -> Any:
+        return self._call(security_admin.delete_acls, request, context)
+
+    def AlterUserScramCredentials(self, request: Any, context: Any) -> Any:
+        return self._call(security_admin.alter_user_scram_credentials, request, context)
+
+    def DescribeAcls(self, request: Any, context: Any) -> Any:
+        return self._call(security_admin.describe_acls, request, context)
+
+    def DescribeUserScramCredentials(self, request: Any, context: Any) -> Any:
+        return self._call(security_admin.describe_user_scram_credentials, request, context)
 
     def InitProducerId(self, request: Any, context: Any) -> Any:
         return self._call(init_producer_id.handle, request, context)

@@ -46,7 +46,7 @@ from proto import broker_pb2 as pb
 from replication.partition import FetchPosition
 
 WAIT_SLACK_S = 5.0
-MAX_WAIT_CAP_MS = 300_000  # a longer max_wait_ms is cut to this (STYLE.md §8: every request has a maximum)
+MAX_WAIT_CAP_MS = 300_000  # a longer max_wait_ms is cut to this (docs/CONVENTIONS.md §8: every request has a maximum)
 
 
 R = TypeVar("R")
