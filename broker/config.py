@@ -41,7 +41,8 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
                                                                 produces per purgatory; over it, answer at once
     fetch.inline.read.max.bytes                    262144       not Kafka's: a long-polling Fetch woken with at
                                                                 most this much to read reads it on the event
-                                                                loop (no hop to a worker and back); 0: never
+                                                                loop (no hop to a worker and back), as does a
+                                                                fetch with nothing to read yet; 0: never
     python.switch.interval.ms                      0.5          not Kafka's: the interpreter's thread switch
                                                                 interval (sys.setswitchinterval; Python's 5 ms
                                                                 lets a busy thread delay a woken request that long)
