@@ -172,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     from broker.handlers.describe_cluster import refresh_quorum
     from broker.resources import raise_open_files_limit
     from broker.server import BrokerServer
+    from log import trace
     from log.errors import LogError
 
     raise_open_files_limit()
@@ -180,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     server = BrokerServer(options)
+    trace.set_role(f"broker-{options.node_id}")  # log.trace, with ODRADEK_LATENCY_TRACE set
     # a request thread woken by an append waits for the GIL up to this long while another thread computes
     sys.setswitchinterval(float(options.config.get("python.switch.interval.ms")) / 1000.0)
     try:

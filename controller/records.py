@@ -41,6 +41,11 @@ from controller._validate import (
     fail,
 )
 from controller.errors import InvalidMetadataRecordError, MetadataDecodeError
+from controller.security.records import CODECS as _SECURITY_CODECS
+from controller.security.records import AccessControlEntry as AccessControlEntry
+from controller.security.records import RemoveAccessControlEntry as RemoveAccessControlEntry
+from controller.security.records import RemoveUserScramCredential as RemoveUserScramCredential
+from controller.security.records import UserScramCredential as UserScramCredential
 from proto import metadata_pb2 as pb
 
 NO_LEADER = -1
@@ -377,6 +382,10 @@ MetadataRecord = (
     | FeatureLevel
     | NoOp
     | LeaderChange
+    | UserScramCredential
+    | RemoveUserScramCredential
+    | AccessControlEntry
+    | RemoveAccessControlEntry
 )
 """Any record of the ``__cluster_metadata`` log."""
 
@@ -557,6 +566,8 @@ _CODECS: dict[type[Any], _Codec] = {
         lambda m: LeaderChange(m.term, m.leader_id, m.leader_address),
     ),
 }
+
+_CODECS.update({cls: _Codec(*codec) for cls, codec in _SECURITY_CODECS.items()})
 
 RECORD_TYPES: Mapping[int, type[Any]] = MappingProxyType({cls.TYPE_ID: cls for cls in _CODECS})
 """Every record class by its type id."""

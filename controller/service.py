@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from controller.long_poll import MAX_WAITING_FETCHES, Wakeup, run_blocking
 from controller.raft.state import NeedsSnapshot
 from controller.rpc_server import RpcServer
-from proto import common_pb2, controller_pb2_grpc
+from proto import common_pb2, controller_pb2_grpc, security_pb2
 from proto import controller_pb2 as pb
 
 if TYPE_CHECKING:
@@ -97,6 +97,17 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         self, request: pb.AllocateProducerIdsRequest, context: Any
     ) -> pb.AllocateProducerIdsResponse:
         return self._write("AllocateProducerIds", request, pb.AllocateProducerIdsResponse)
+
+    def CreateAcls(self, request: security_pb2.CreateAclsRequest, context: Any) -> security_pb2.CreateAclsResponse:
+        return self._write("CreateAcls", request, security_pb2.CreateAclsResponse)
+
+    def DeleteAcls(self, request: security_pb2.DeleteAclsRequest, context: Any) -> security_pb2.DeleteAclsResponse:
+        return self._write("DeleteAcls", request, security_pb2.DeleteAclsResponse)
+
+    def AlterUserScramCredentials(
+        self, request: security_pb2.AlterUserScramCredentialsRequest, context: Any
+    ) -> security_pb2.AlterUserScramCredentialsResponse:
+        return self._write("AlterUserScramCredentials", request, security_pb2.AlterUserScramCredentialsResponse)
 
     async def FetchMetadata(self, request: pb.FetchMetadataRequest, context: Any) -> pb.FetchMetadataResponse:
         """A long poll: waits on the event loop for the records (no worker thread), reads on a worker."""

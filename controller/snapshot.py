@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from controller.errors import MetadataDecodeError, MetadataError
 from controller.image import MetadataImage, image_from_records
 from controller.records import (
+    AccessControlEntry,
     Config,
     FeatureLevel,
     LeaderChange,
@@ -36,6 +37,7 @@ from controller.records import (
     ProducerIds,
     RegisterBroker,
     Topic,
+    UserScramCredential,
     decode_record,
     encode_record,
 )
@@ -91,6 +93,12 @@ def snapshot_records(image: MetadataImage) -> Iterator[MetadataRecord]:
     ids = image.producer_ids
     if ids.next_producer_id > 0:
         yield ProducerIds(ids.broker_id, ids.broker_epoch, ids.next_producer_id)
+    for user in sorted(image.scram_credentials):
+        creds = image.scram_credentials[user]
+        for mechanism in sorted(creds):
+            yield UserScramCredential(user, creds[mechanism])
+    for acl_id in sorted(image.acls):
+        yield AccessControlEntry(acl_id, image.acls[acl_id])
 
 
 def encode_snapshot(image: MetadataImage) -> bytes:

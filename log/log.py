@@ -609,7 +609,7 @@ class Log:
             raise StorageError(f"log {self._dir} is closed")
 
     def _check_invariants(self, full: bool = False) -> None:
-        """STYLE.md §8: offsets never go back, the start stays below the end, segments stay ordered."""
+        """docs/CONVENTIONS.md §8: offsets never go back, the start stays below the end, segments stay ordered."""
         active = self._segments[-1]
         assert self._bases[0] <= self._log_start_offset <= self._log_end_offset, (
             f"need first segment {self._bases[0]} <= log start {self._log_start_offset} "

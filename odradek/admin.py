@@ -32,6 +32,8 @@ from odradek.errors import (
 )
 from odradek.group.admin_calls import GroupAdmin
 from odradek.net import ClusterClient
+from odradek.security import admin_calls as security_calls
+from odradek.security.acls import AclBinding, AclBindingFilter
 from odradek.types import (
     BrokerDescription,
     ClusterDescription,
@@ -298,6 +300,39 @@ class Admin:
         Returns the new offsets; with ``execute=False`` only computes them (a dry run).
         """
         return self._groups().reset_offsets(group_id, partitions, to, execute=execute)
+
+    # ------------------------------------------------------------------ ACLs and SCRAM credentials
+
+    def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Kafka's ``createAcls``: every binding, or the first failure's error naming every failure."""
+        security_calls.create_acls(lambda m, r: self._forwarded(m, r, None), bindings)
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
+        """Kafka's ``deleteAcls``: removes every ACL a filter matches and returns them."""
+        return security_calls.delete_acls(lambda m, r: self._forwarded(m, r, None), filters)
+
+    def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        """Kafka's ``describeAcls`` (default: every ACL)."""
+        return security_calls.describe_acls(self._call, acl_filter or AclBindingFilter())
+
+    def upsert_scram_credential(
+        self, user: str, mechanism: str, password: str, iterations: int = security_calls.DEFAULT_ITERATIONS
+    ) -> None:
+        """Sets ``user``'s credential for ``mechanism`` (``kafka-configs --alter --add-config``)."""
+        upsert = security_calls.upsertion(user, mechanism, password, iterations)
+        security_calls.alter_user_scram_credentials(lambda m, r: self._forwarded(m, r, None), [upsert])
+
+    def delete_scram_credential(self, user: str, mechanism: str) -> None:
+        """Removes ``user``'s credential for ``mechanism`` (``kafka-configs --alter --delete-config``)."""
+        security_calls.alter_user_scram_credentials(
+            lambda m, r: self._forwarded(m, r, None), deletions=[(user, mechanism)]
+        )
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] = ()
+    ) -> dict[str, list[security_calls.ScramCredentialInfo]]:
+        """Kafka's ``describeUserScramCredentials`` (default: every user)."""
+        return security_calls.describe_user_scram_credentials(self._call, users)
 
     def _groups(self) -> GroupAdmin:
         if self._closed:

@@ -1,7 +1,7 @@
 """The ``odradek`` command line.
 
 Every command prints errors to stderr as one clear sentence and exits non-zero; no bare tracebacks.
-Subcommands are added by the issues that build them (INTERFACE.md lists the full set).
+Subcommands are added by the issues that build them (docs/INTERFACE.md lists the full set).
 """
 
 from __future__ import annotations
@@ -31,12 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_client_parsers(commands: Any) -> None:
     """The user-facing commands; their modules import the client library only when a handler runs."""
+    from odradek.cli_acls import add_acls_parser
     from odradek.cli_cluster import add_cluster_parser
     from odradek.cli_consume import add_consume_parser
     from odradek.cli_groups import add_groups_parser
     from odradek.cli_produce import add_produce_parser
     from odradek.cli_top import add_top_parser
     from odradek.cli_topics import add_topics_parser
+    from odradek.cli_users import add_users_parser
     from odradek.console.cli import add_console_parser
     from odradek.health import add_health_parser
     from odradek.launcher.up import add_up_parser
@@ -48,6 +50,8 @@ def _add_client_parsers(commands: Any) -> None:
     add_produce_parser(commands)
     add_consume_parser(commands)
     add_groups_parser(commands)
+    add_users_parser(commands)
+    add_acls_parser(commands)
     add_perf_parser(commands)
     add_top_parser(commands)
     add_health_parser(commands)

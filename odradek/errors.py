@@ -419,6 +419,66 @@ class OffsetMetadataTooLargeError(KafkaError):
     description = "the metadata string of an offset commit is too large"
 
 
+class TopicAuthorizationFailedError(KafkaError):
+    code = "TOPIC_AUTHORIZATION_FAILED"
+    description = "the principal is not authorized to access the topic"
+
+
+class GroupAuthorizationFailedError(KafkaError):
+    code = "GROUP_AUTHORIZATION_FAILED"
+    description = "the principal is not authorized to access the group"
+
+
+class ClusterAuthorizationFailedError(KafkaError):
+    code = "CLUSTER_AUTHORIZATION_FAILED"
+    description = "the principal is not authorized to perform this cluster operation"
+
+
+class TransactionalIdAuthorizationFailedError(KafkaError):
+    code = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    description = "the principal is not authorized to use the transactional id"
+
+
+class SaslAuthenticationFailedError(KafkaError):
+    code = "SASL_AUTHENTICATION_FAILED"
+    description = "SASL authentication failed"
+
+
+class IllegalSaslStateError(KafkaError):
+    code = "ILLEGAL_SASL_STATE"
+    description = "the SASL request does not fit the authentication exchange's state"
+
+
+class UnsupportedSaslMechanismError(KafkaError):
+    code = "UNSUPPORTED_SASL_MECHANISM"
+    description = "the server does not enable the requested SASL mechanism"
+
+
+class SecurityDisabledError(KafkaError):
+    code = "SECURITY_DISABLED"
+    description = "no authorizer is configured on the cluster"
+
+
+class ResourceNotFoundError(KafkaError):
+    code = "RESOURCE_NOT_FOUND"
+    description = "the resource (for example a user's SCRAM credential) does not exist"
+
+
+class UnsupportedByAuthenticationError(KafkaError):
+    code = "UNSUPPORTED_BY_AUTHENTICATION"
+    description = "the operation is not supported with the caller's kind of authentication"
+
+
+class UnacceptableCredentialError(KafkaError):
+    code = "UNACCEPTABLE_CREDENTIAL"
+    description = "the SCRAM credential is not acceptable (user name, iterations, salt or salted password)"
+
+
+class DuplicateResourceError(KafkaError):
+    code = "DUPLICATE_RESOURCE"
+    description = "the request names one resource twice"
+
+
 class CommitFailedError(OdradekError):
     """A commit the coordinator refused because this consumer is no longer a current member of the group (or
     its partitions moved): Kafka's CommitFailedException. Not retriable: the records may be delivered again."""

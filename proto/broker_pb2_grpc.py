@@ -5,6 +5,7 @@ import warnings
 
 from proto import broker_pb2 as proto_dot_broker__pb2
 from proto import controller_pb2 as proto_dot_controller__pb2
+from proto import security_pb2 as proto_dot_security__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -99,6 +100,31 @@ class BrokerStub:
                 '/odradek.broker.Broker/ElectLeaders',
                 request_serializer=proto_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
                 response_deserializer=proto_dot_controller__pb2.ElectLeadersResponse.FromString,
+                _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/odradek.broker.Broker/CreateAcls',
+                request_serializer=proto_dot_security__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=proto_dot_security__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/odradek.broker.Broker/DeleteAcls',
+                request_serializer=proto_dot_security__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=proto_dot_security__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/odradek.broker.Broker/AlterUserScramCredentials',
+                request_serializer=proto_dot_security__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=proto_dot_security__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/odradek.broker.Broker/DescribeAcls',
+                request_serializer=proto_dot_security__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=proto_dot_security__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/odradek.broker.Broker/DescribeUserScramCredentials',
+                request_serializer=proto_dot_security__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=proto_dot_security__pb2.DescribeUserScramCredentialsResponse.FromString,
                 _registered_method=True)
         self.InitProducerId = channel.unary_unary(
                 '/odradek.broker.Broker/InitProducerId',
@@ -229,6 +255,37 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Answered from this broker's metadata image.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def InitProducerId(self, request, context):
         """Idempotent producers: a producer id and epoch (ids come to brokers in blocks from the controller).
         """
@@ -348,6 +405,31 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ElectLeaders,
                     request_deserializer=proto_dot_controller__pb2.ElectLeadersRequest.FromString,
                     response_serializer=proto_dot_controller__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=proto_dot_security__pb2.CreateAclsRequest.FromString,
+                    response_serializer=proto_dot_security__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=proto_dot_security__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=proto_dot_security__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=proto_dot_security__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=proto_dot_security__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=proto_dot_security__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=proto_dot_security__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=proto_dot_security__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=proto_dot_security__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
             ),
             'InitProducerId': grpc.unary_unary_rpc_method_handler(
                     servicer.InitProducerId,
@@ -741,6 +823,141 @@ class Broker:
             '/odradek.broker.Broker/ElectLeaders',
             proto_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
             proto_dot_controller__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/CreateAcls',
+            proto_dot_security__pb2.CreateAclsRequest.SerializeToString,
+            proto_dot_security__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/DeleteAcls',
+            proto_dot_security__pb2.DeleteAclsRequest.SerializeToString,
+            proto_dot_security__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/AlterUserScramCredentials',
+            proto_dot_security__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            proto_dot_security__pb2.AlterUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/DescribeAcls',
+            proto_dot_security__pb2.DescribeAclsRequest.SerializeToString,
+            proto_dot_security__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/DescribeUserScramCredentials',
+            proto_dot_security__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            proto_dot_security__pb2.DescribeUserScramCredentialsResponse.FromString,
             options,
             channel_credentials,
             insecure,

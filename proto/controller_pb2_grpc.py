@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from proto import controller_pb2 as proto_dot_controller__pb2
+from proto import security_pb2 as proto_dot_security__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -89,6 +90,21 @@ class ControllerStub:
                 request_serializer=proto_dot_controller__pb2.DescribeQuorumRequest.SerializeToString,
                 response_deserializer=proto_dot_controller__pb2.DescribeQuorumResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/odradek.controller.Controller/CreateAcls',
+                request_serializer=proto_dot_security__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=proto_dot_security__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/odradek.controller.Controller/DeleteAcls',
+                request_serializer=proto_dot_security__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=proto_dot_security__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/odradek.controller.Controller/AlterUserScramCredentials',
+                request_serializer=proto_dot_security__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=proto_dot_security__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -163,6 +179,25 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """ACLs and SCRAM credentials, kept in __cluster_metadata (docs/SECURITY.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -220,6 +255,21 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DescribeQuorum,
                     request_deserializer=proto_dot_controller__pb2.DescribeQuorumRequest.FromString,
                     response_serializer=proto_dot_controller__pb2.DescribeQuorumResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=proto_dot_security__pb2.CreateAclsRequest.FromString,
+                    response_serializer=proto_dot_security__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=proto_dot_security__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=proto_dot_security__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=proto_dot_security__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=proto_dot_security__pb2.AlterUserScramCredentialsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -519,6 +569,87 @@ class Controller:
             '/odradek.controller.Controller/DescribeQuorum',
             proto_dot_controller__pb2.DescribeQuorumRequest.SerializeToString,
             proto_dot_controller__pb2.DescribeQuorumResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.controller.Controller/CreateAcls',
+            proto_dot_security__pb2.CreateAclsRequest.SerializeToString,
+            proto_dot_security__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.controller.Controller/DeleteAcls',
+            proto_dot_security__pb2.DeleteAclsRequest.SerializeToString,
+            proto_dot_security__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.controller.Controller/AlterUserScramCredentials',
+            proto_dot_security__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            proto_dot_security__pb2.AlterUserScramCredentialsResponse.FromString,
             options,
             channel_credentials,
             insecure,

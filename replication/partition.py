@@ -1,5 +1,5 @@
 """One partition on one broker (Kafka's ``Partition``): its role, the registration it follows, replicas, ISR
-and high watermark. It owns, and drives under one lock (STYLE.md §1, one module per piece):
+and high watermark. It owns, and drives under one lock (docs/CONVENTIONS.md §1, one module per piece):
 :class:`~replication.unified_log.UnifiedLog` (the log with its producer state and leader-epoch cache),
 :class:`~replication.high_watermark.HighWatermark` (HW1-HW8) and :class:`~replication.isr.IsrState`
 (ISR1-ISR8), :class:`~replication.sequence_wait.HeldBatchWait` (S8) and

@@ -40,12 +40,13 @@ from broker.context import BrokerContext
 from broker.delayed_fetch import DelayedFetch, FetchStatus
 from broker.errors import STALE_BROKER_EPOCH, error, error_of
 from broker.handlers.common import local_partition
+from log import trace
 from log.errors import OffsetOutOfRangeError
 from proto import broker_pb2 as pb
 from replication.partition import FetchPosition
 
 WAIT_SLACK_S = 5.0
-MAX_WAIT_CAP_MS = 300_000  # a longer max_wait_ms is cut to this (STYLE.md §8: every request has a maximum)
+MAX_WAIT_CAP_MS = 300_000  # a longer max_wait_ms is cut to this (docs/CONVENTIONS.md §8: every request has a maximum)
 
 
 R = TypeVar("R")
@@ -281,6 +282,8 @@ def _read_one(
         answer.error.CopyFrom(error_of(exc))
         return b""
     if read.high_watermark_moved:
+        if trace.ON:  # the high watermark passed records now (log.trace's ``hw``)
+            trace.point("hw", target.topic, target.partition, read.high_watermark, replica_id)
         ctx.replicas.produce_purgatory.check_and_complete((target.topic, target.partition))
         ctx.replicas.fetch_purgatory.check_and_complete((target.topic, target.partition))
     answer.high_watermark = answer.last_stable_offset = read.high_watermark

@@ -22,7 +22,7 @@ R = TypeVar("R")
 LOCAL_WAIT_S = 5.0
 
 
-def _forward(ctx: BrokerContext, method: str, request: Any, response_type: type[R], timeout_ms: int) -> R:
+def forward_call(ctx: BrokerContext, method: str, request: Any, response_type: type[R], timeout_ms: int) -> R:
     timeout_s = (timeout_ms if timeout_ms > 0 else ctx.forward_timeout_ms) / 1000.0
     if ctx.controllers is None:
         response = response_type()
@@ -37,32 +37,32 @@ def _forward(ctx: BrokerContext, method: str, request: Any, response_type: type[
     return answer
 
 
-def _await_image(ctx: BrokerContext, predicate: Callable[[MetadataImage], bool], timeout_ms: int) -> None:
+def await_image(ctx: BrokerContext, predicate: Callable[[MetadataImage], bool], timeout_ms: int) -> None:
     ctx.metadata.wait_for(predicate, min(LOCAL_WAIT_S, (timeout_ms if timeout_ms > 0 else 30_000) / 1000.0))
 
 
 def create_topics(ctx: BrokerContext, request: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
-    response = _forward(ctx, "CreateTopics", request, pb.CreateTopicsResponse, request.timeout_ms)
+    response = forward_call(ctx, "CreateTopics", request, pb.CreateTopicsResponse, request.timeout_ms)
     created = {t.name: t.topic_id for t in response.topics if not t.error.code and t.topic_id}
     if created and not request.validate_only:
 
         def visible(image: MetadataImage) -> bool:
             return all((t := image.topic(name)) is not None and t.topic_id == tid for name, tid in created.items())
 
-        _await_image(ctx, visible, request.timeout_ms)
+        await_image(ctx, visible, request.timeout_ms)
     return response
 
 
 def delete_topics(ctx: BrokerContext, request: pb.DeleteTopicsRequest) -> pb.DeleteTopicsResponse:
-    response = _forward(ctx, "DeleteTopics", request, pb.DeleteTopicsResponse, request.timeout_ms)
+    response = forward_call(ctx, "DeleteTopics", request, pb.DeleteTopicsResponse, request.timeout_ms)
     deleted = {t.name for t in response.topics if not t.error.code}
     if deleted:
-        _await_image(ctx, lambda image: all(image.topic(n) is None for n in deleted), request.timeout_ms)
+        await_image(ctx, lambda image: all(image.topic(n) is None for n in deleted), request.timeout_ms)
     return response
 
 
 def create_partitions(ctx: BrokerContext, request: pb.CreatePartitionsRequest) -> pb.CreatePartitionsResponse:
-    response = _forward(ctx, "CreatePartitions", request, pb.CreatePartitionsResponse, request.timeout_ms)
+    response = forward_call(ctx, "CreatePartitions", request, pb.CreatePartitionsResponse, request.timeout_ms)
     failed = {t.name for t in response.topics if t.error.code}
     wanted = {t.name: t.count for t in request.topics if t.name not in failed}
     if wanted and not response.error.code and not request.validate_only:
@@ -70,13 +70,13 @@ def create_partitions(ctx: BrokerContext, request: pb.CreatePartitionsRequest) -
         def visible(image: MetadataImage) -> bool:
             return all((t := image.topic(n)) is not None and len(t.partitions) >= c for n, c in wanted.items())
 
-        _await_image(ctx, visible, request.timeout_ms)
+        await_image(ctx, visible, request.timeout_ms)
     return response
 
 
 def alter_configs(ctx: BrokerContext, request: pb.AlterConfigsRequest) -> pb.AlterConfigsResponse:
-    return _forward(ctx, "AlterConfigs", request, pb.AlterConfigsResponse, 0)
+    return forward_call(ctx, "AlterConfigs", request, pb.AlterConfigsResponse, 0)
 
 
 def elect_leaders(ctx: BrokerContext, request: pb.ElectLeadersRequest) -> pb.ElectLeadersResponse:
-    return _forward(ctx, "ElectLeaders", request, pb.ElectLeadersResponse, 0)
+    return forward_call(ctx, "ElectLeaders", request, pb.ElectLeadersResponse, 0)

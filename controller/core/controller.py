@@ -13,7 +13,7 @@ The driver (``controller.server``) must:
 3. answer only after every command has committed (persist, then answer).
 
 The core never touches sockets, threads, files, time or randomness itself: the clock and the random
-source are injected (STYLE.md §1, §2); with a manual clock and a seeded ``random.Random`` every
+source are injected (docs/CONVENTIONS.md §1, §2); with a manual clock and a seeded ``random.Random`` every
 decision replays exactly. Every result is checked by replaying it onto the image
 (:func:`~controller.core.common.preview`) before it is returned.
 """
@@ -25,12 +25,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from controller.configs import ControllerConfig
-from controller.core import brokers, partitions, producer_ids, topics
+from controller.core import brokers, partitions, producer_ids, security, topics
 from controller.core.alter_configs import EffectiveConfig, alter_configs
 from controller.core.common import Clock, Command, ControllerResult, Eligibility, chunk, preview
 from controller.core.elections import imbalanced, reconcile_partitions
 from controller.image import MetadataImage
 from proto import controller_pb2 as pb
+from proto import security_pb2
 
 T = TypeVar("T")
 
@@ -38,7 +39,7 @@ T = TypeVar("T")
 class ControllerCore:
     """The active controller's logic (Kafka's ``QuorumController`` minus its event loop and Raft client).
 
-    Not thread-safe: one owner, the controller thread, calls every method (STYLE.md §6). Its only state
+    Not thread-safe: one owner, the controller thread, calls every method (docs/CONVENTIONS.md §6). Its only state
     of its own is in memory and rebuilt by :meth:`activate`: broker sessions and the rebalance timer.
     """
 
@@ -133,6 +134,23 @@ class ControllerCore:
         policy = self._effective(image).leader_policy()
         return self._checked(image, partitions.elect_leaders(image, request, self.max_records, policy))
 
+    # --- ACLs and SCRAM credentials -------------------------------------------------------------
+
+    def create_acls(
+        self, image: MetadataImage, request: security_pb2.CreateAclsRequest
+    ) -> ControllerResult[security_pb2.CreateAclsResponse]:
+        return self._checked(image, security.create_acls(image, request, self.rng, self.max_records))
+
+    def delete_acls(
+        self, image: MetadataImage, request: security_pb2.DeleteAclsRequest
+    ) -> ControllerResult[security_pb2.DeleteAclsResponse]:
+        return self._checked(image, security.delete_acls(image, request, self.max_records))
+
+    def alter_user_scram_credentials(
+        self, image: MetadataImage, request: security_pb2.AlterUserScramCredentialsRequest
+    ) -> ControllerResult[security_pb2.AlterUserScramCredentialsResponse]:
+        return self._checked(image, security.alter_user_scram_credentials(image, request, self.max_records))
+
     # --- periodic work --------------------------------------------------------------------------
 
     def tick(self, image: MetadataImage, now_ms: float | None = None) -> ControllerResult[None]:
@@ -184,5 +202,8 @@ class ControllerCore:
             "AlterConfigs": self.alter_configs,
             "ElectLeaders": self.elect_leaders,
             "AllocateProducerIds": self.allocate_producer_ids,
+            "CreateAcls": self.create_acls,
+            "DeleteAcls": self.delete_acls,
+            "AlterUserScramCredentials": self.alter_user_scram_credentials,
         }
         return handlers[rpc]

@@ -53,6 +53,14 @@ from controller.records import (
     UnfenceBroker,
     UnregisterBroker,
 )
+from controller.security.acl import AclBinding
+from controller.security.records import (
+    AccessControlEntry,
+    RemoveAccessControlEntry,
+    RemoveUserScramCredential,
+    UserScramCredential,
+)
+from controller.security.scram import ScramCredential
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -151,6 +159,8 @@ class MetadataDelta:
         "_configs",
         "_features",
         "_producer_ids",
+        "_acls",
+        "_scram",
     )
 
     def __init__(self, image: MetadataImage) -> None:
@@ -166,6 +176,8 @@ class MetadataDelta:
         self._configs: dict[ConfigResource, dict[str, str]] = {}  # the whole new map of each touched resource
         self._features: dict[str, int] | None = None  # the whole new map once touched
         self._producer_ids = image.producer_ids
+        self._acls: dict[str, AclBinding | None] = {}  # by id; None: removed
+        self._scram: dict[str, dict[str, ScramCredential]] = {}  # the whole new map of each touched user
 
     @property
     def image(self) -> MetadataImage:
@@ -224,6 +236,21 @@ class MetadataDelta:
                 self._feature_level(record)
             case LeaderChange():
                 self._leader_change(record)
+            case AccessControlEntry():
+                if self._acl(record.acl_id) is not None:
+                    raise MetadataError(f"{record!r}: an ACL with id {record.acl_id} exists")
+                self._acls[record.acl_id] = record.binding
+            case RemoveAccessControlEntry():
+                if self._acl(record.acl_id) is None:
+                    raise MetadataError(f"{record!r}: no ACL has id {record.acl_id}")
+                self._acls[record.acl_id] = None
+            case UserScramCredential():
+                self._user_for_write(record.name)[record.credential.mechanism] = record.credential
+            case RemoveUserScramCredential():
+                creds = self._user_for_write(record.name)
+                if record.mechanism not in creds:
+                    raise MetadataError(f"{record!r}: user {record.name!r} has no {record.mechanism} credential")
+                del creds[record.mechanism]
             case NoOp():
                 pass
             case _:
@@ -355,6 +382,23 @@ class MetadataDelta:
             replicas, isr, leader, leader_epoch, partition_epoch, elr, last_known_elr
         )
 
+    # --- ACLs and SCRAM credentials ---
+
+    def _acl(self, acl_id: str) -> AclBinding | None:
+        if acl_id in self._acls:
+            return self._acls[acl_id]
+        return self._base.acls.get(acl_id)
+
+    def _user_for_write(self, user: str) -> dict[str, ScramCredential]:
+        creds = self._scram.get(user)
+        if creds is None:
+            creds = self._scram[user] = dict(self._base.scram_credentials.get(user, {}))
+        return creds
+
+    def acls_changed(self) -> bool:
+        """Whether the delta added or removed an ACL (a node rebuilds its authorizer then)."""
+        return any(self._base.acls.get(acl_id) != binding for acl_id, binding in self._acls.items())
+
     # --- configs, features, producer ids, controller ---
 
     def _current_config(self, resource: ConfigResource) -> Mapping[str, str]:
@@ -425,6 +469,10 @@ class MetadataDelta:
             configs=_overlay(base.configs, configs),
             features=base.features if self._features is None else frozen_map(self._features),
             producer_ids=self._producer_ids,
+            acls=_overlay(base.acls, self._acls),
+            scram_credentials=_overlay(
+                base.scram_credentials, {u: frozen_map(c) if c else None for u, c in self._scram.items()}
+            ),
         )
 
     def changed_brokers(self) -> Mapping[int, BrokerRegistration | None]:

@@ -14,6 +14,8 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
 from controller.records import NO_LEADER, ConfigResourceType, Endpoint
+from controller.security.acl import AclBinding
+from controller.security.scram import ScramCredential
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -119,6 +121,9 @@ class MetadataImage:
     configs: Mapping[ConfigResource, Mapping[str, str]] = field(default_factory=frozen_map)
     features: Mapping[str, int] = field(default_factory=frozen_map)
     producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
+    acls: Mapping[str, AclBinding] = field(default_factory=frozen_map)  # by ACL id
+    scram_credentials: Mapping[str, Mapping[str, ScramCredential]] = field(default_factory=frozen_map)
+    """user name -> mechanism -> credential; only users with at least one credential"""
 
     # --- lookups ---
 
@@ -138,6 +143,9 @@ class MetadataImage:
     def config(self, resource_type: ConfigResourceType, resource_name: str) -> Mapping[str, str]:
         """The configs set on one resource (empty when none is)."""
         return self.configs.get(ConfigResource(resource_type, resource_name), _NO_ITEMS)
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.scram_credentials.get(user, _NO_ITEMS).get(mechanism)
 
     @property
     def next_producer_id(self) -> int:
@@ -193,4 +201,15 @@ class MetadataImage:
             lines.append(f"  {res.resource_type} {res.resource_name!r}: {entries}")
         lines.append("features: " + " ".join(f"{k}={self.features[k]}" for k in sorted(self.features)))
         lines.append(f"next producer id: {self.producer_ids.next_producer_id}")
+        lines.append(f"acls ({len(self.acls)}):")
+        for acl_id in sorted(self.acls):
+            pat, e = self.acls[acl_id].pattern, self.acls[acl_id].entry
+            lines.append(
+                f"  {acl_id} {pat.resource_type.name}:{pat.pattern_type.name}:{pat.name} "
+                f"{e.permission_type.name} {e.principal} {e.operation.name} from {e.host}"
+            )
+        lines.append(f"scram users ({len(self.scram_credentials)}):")
+        for user in sorted(self.scram_credentials):
+            creds = self.scram_credentials[user]
+            lines.append(f"  {user}: " + " ".join(f"{m}(iterations={creds[m].iterations})" for m in sorted(creds)))
         return "\n".join(lines)

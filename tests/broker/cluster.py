@@ -156,7 +156,7 @@ class Cluster:
         kafka: bool = False,
     ) -> None:
         self.root = Path(root)
-        # one call: ports from two calls could overlap (each call's sockets are closed when it returns)
+        # reserved across processes, below the ephemeral range (controller.ports)
         nodes = controllers + brokers
         ports = free_ports(2 * controllers + brokers + (brokers if kafka else 0) + (nodes if metrics else 0))
         grpc_ports, raft_ports = ports[:controllers], ports[controllers : 2 * controllers]

@@ -39,6 +39,24 @@ from controller.records import (
     UnfenceBroker,
     UnregisterBroker,
 )
+from controller.security.acl import (
+    AccessControlEntry as AclEntry,
+)
+from controller.security.acl import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from controller.security.records import (
+    AccessControlEntry,
+    RemoveAccessControlEntry,
+    RemoveUserScramCredential,
+    UserScramCredential,
+)
+from controller.security.scram import ScramCredential
 
 T = TypeVar("T")
 NIL_UUID = str(uuid.UUID(int=0))
@@ -56,6 +74,39 @@ texts = st.text(max_size=30)
 nonempty_texts = st.text(min_size=1, max_size=30)
 id_tuples = st.lists(broker_ids, unique=True, max_size=6).map(tuple)
 endpoints = st.builds(Endpoint, nonempty_texts, nonempty_texts, st.integers(0, 65535))
+mechanisms = st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-512"])
+
+
+@st.composite
+def scram_credentials(draw: st.DrawFn) -> ScramCredential:
+    mechanism = draw(mechanisms)
+    size = 32 if mechanism == "SCRAM-SHA-256" else 64
+    keys = st.binary(min_size=size, max_size=size)
+    return ScramCredential(
+        mechanism, draw(st.binary(min_size=1, max_size=32)), draw(keys), draw(keys), draw(st.integers(4096, 16384))
+    )
+
+
+@st.composite
+def acl_bindings(draw: st.DrawFn) -> AclBinding:
+    rtype = draw(st.sampled_from([ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER,
+                                  ResourceType.TRANSACTIONAL_ID]))
+    if rtype is ResourceType.CLUSTER:
+        pattern = ResourcePattern(rtype, "kafka-cluster", PatternType.LITERAL)
+    else:
+        pattern = ResourcePattern(rtype, draw(nonempty_texts), draw(st.sampled_from([PatternType.LITERAL,
+                                                                                     PatternType.PREFIXED])))
+    ops = {
+        ResourceType.TOPIC: [AclOperation.READ, AclOperation.WRITE, AclOperation.ALL, AclOperation.DESCRIBE_CONFIGS],
+        ResourceType.GROUP: [AclOperation.READ, AclOperation.DELETE],
+        ResourceType.CLUSTER: [AclOperation.CLUSTER_ACTION, AclOperation.CREATE, AclOperation.IDEMPOTENT_WRITE],
+        ResourceType.TRANSACTIONAL_ID: [AclOperation.WRITE, AclOperation.DESCRIBE],
+    }[rtype]
+    entry = AclEntry(
+        "User:" + draw(nonempty_texts), draw(st.sampled_from(["*", "10.0.0.1"])), draw(st.sampled_from(ops)),
+        draw(st.sampled_from([AclPermissionType.ALLOW, AclPermissionType.DENY])),
+    )
+    return AclBinding(pattern, entry)
 
 
 @st.composite
@@ -127,6 +178,12 @@ RECORD_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         LeaderChange, st.integers(0, INT64_MAX), st.integers(0, INT32_MAX), st.sampled_from(["", "127.0.0.1:9093"])
     ),
 }
+RECORD_STRATEGIES.update({
+    UserScramCredential: st.builds(UserScramCredential, nonempty_texts, scram_credentials()),
+    RemoveUserScramCredential: st.builds(RemoveUserScramCredential, nonempty_texts, mechanisms),
+    AccessControlEntry: st.builds(AccessControlEntry, topic_ids, acl_bindings()),
+    RemoveAccessControlEntry: st.builds(RemoveAccessControlEntry, topic_ids),
+})
 any_record: st.SearchStrategy[MetadataRecord] = st.one_of(*RECORD_STRATEGIES.values())
 
 
@@ -164,6 +221,9 @@ class Model:
     configs: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     features: dict[str, int] = field(default_factory=dict)
     producer_ids: tuple[int, int, int] = (0, -1, -1)
+    acls: dict[str, AclBinding] = field(default_factory=dict)
+    scram: dict[str, dict[str, ScramCredential]] = field(default_factory=dict)
+    acl_counter: int = 0
     epoch_counter: int = 0
     topic_counter: int = 0
 
@@ -192,6 +252,8 @@ class Model:
             "configs": {k: dict(v) for k, v in self.configs.items() if v},
             "features": dict(self.features),
             "producer_ids": self.producer_ids,
+            "acls": dict(self.acls),
+            "scram": {u: dict(c) for u, c in self.scram.items() if c},
         }
 
 
@@ -349,6 +411,37 @@ def _feature(draw: st.DrawFn, model: Model) -> list[MetadataRecord]:
     return [FeatureLevel(name, level)]
 
 
+USER_POOL = ("alice", "bob", "broker")
+
+
+def _add_acl(draw: st.DrawFn, model: Model) -> list[MetadataRecord]:
+    model.acl_counter += 1
+    acl_id = str(uuid.UUID(int=(model.acl_counter << 64) | 0xAC1))
+    binding = draw(acl_bindings())
+    model.acls[acl_id] = binding
+    return [AccessControlEntry(acl_id, binding)]
+
+
+def _remove_acl(draw: st.DrawFn, model: Model) -> list[MetadataRecord]:
+    acl_id = pick(draw, sorted(model.acls))
+    del model.acls[acl_id]
+    return [RemoveAccessControlEntry(acl_id)]
+
+
+def _upsert_scram(draw: st.DrawFn, model: Model) -> list[MetadataRecord]:
+    user = pick(draw, USER_POOL)
+    credential = draw(scram_credentials())
+    model.scram.setdefault(user, {})[credential.mechanism] = credential
+    return [UserScramCredential(user, credential)]
+
+
+def _remove_scram(draw: st.DrawFn, model: Model) -> list[MetadataRecord]:
+    user = pick(draw, sorted(u for u, c in model.scram.items() if c))
+    mechanism = pick(draw, sorted(model.scram[user]))
+    del model.scram[user][mechanism]
+    return [RemoveUserScramCredential(user, mechanism)]
+
+
 def _actions(model: Model) -> list[str]:
     """The applicable actions, repeated by weight: the records that matter most get drawn most.
 
@@ -370,7 +463,11 @@ def _actions(model: Model) -> list[str]:
         actions.append("remove_topic")
     if len(model.topic_names()) < len(TOPIC_NAME_POOL) and not model.brokers:
         actions.append("create_topic")
-    return [*actions, "config", "leader_change", "feature", "noop"]
+    if model.acls:
+        actions.append("remove_acl")
+    if any(model.scram.values()):
+        actions.append("remove_scram")
+    return [*actions, "config", "leader_change", "feature", "noop", "add_acl", "upsert_scram"]
 
 
 def _step(draw: st.DrawFn, model: Model, action: str) -> list[MetadataRecord]:
@@ -399,6 +496,10 @@ def _step(draw: st.DrawFn, model: Model, action: str) -> list[MetadataRecord]:
         "producer_ids": _producer_ids,
         "leader_change": _leader_change,
         "feature": _feature,
+        "add_acl": _add_acl,
+        "remove_acl": _remove_acl,
+        "upsert_scram": _upsert_scram,
+        "remove_scram": _remove_scram,
     }
     return steps[action](draw, model)
 
@@ -462,6 +563,8 @@ def image_as_plain(image: MetadataImage) -> dict[str, Any]:
         "configs": {(r.resource_type.value, r.resource_name): dict(v) for r, v in image.configs.items()},
         "features": dict(image.features),
         "producer_ids": (ids.next_producer_id, ids.broker_id, ids.broker_epoch),
+        "acls": dict(image.acls),
+        "scram": {u: dict(c) for u, c in image.scram_credentials.items()},
     }
 
 

@@ -88,6 +88,10 @@ def test_type_ids_are_fixed() -> None:
         "BrokerControlledShutdown": 17,
         "NoOp": 20,
         "LeaderChange": 64,
+        "UserScramCredential": 11,
+        "AccessControlEntry": 18,
+        "RemoveAccessControlEntry": 19,
+        "RemoveUserScramCredential": 22,
     }
     assert all(cls.VERSION == 0 for cls in RECORD_TYPES.values())
 

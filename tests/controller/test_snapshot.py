@@ -36,6 +36,8 @@ def test_snapshot_rebuilds_the_image(sequence: RecordsAndModel) -> None:
         + sum(len(t.partitions) for t in image.topics_by_id.values())
         + sum(len(v) for v in image.configs.values())
         + (image.producer_ids.next_producer_id > 0)
+        + len(image.acls)
+        + sum(len(c) for c in image.scram_credentials.values())
     )
     assert len(list(snapshot_records(image))) == entities
 
