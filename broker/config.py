@@ -96,6 +96,7 @@ from controller.configs import (
 )
 from controller.image import MetadataImage
 from controller.records import ConfigResourceType
+from controller.security.settings import SECURITY_KEYS
 from log.config import LogConfig
 from log.errors import InvalidConfigError
 
@@ -168,7 +169,7 @@ _BROKER_ONLY = [
     _key("log.cleaner.io.buffer.size", _INT, "524288", 1),
     _key("log.cleaner.io.buffer.load.factor", ConfigType.DOUBLE, "0.9", 0.01, 1.0),
 ]
-BROKER_SCHEMA = ConfigSchema("broker", list(BROKER_CONFIGS.keys.values()) + _BROKER_ONLY)
+BROKER_SCHEMA = ConfigSchema("broker", list(BROKER_CONFIGS.keys.values()) + _BROKER_ONLY + SECURITY_KEYS)
 """Every key ``odradek broker --config`` accepts."""
 
 BROKER_TO_TOPIC_KEY: Mapping[str, str] = {b: t for t, b in TOPIC_TO_BROKER_KEY.items()}

@@ -276,6 +276,7 @@ def start_grpc_server(
             ("grpc.max_send_message_length", send),
             ("grpc.so_reuseport", 0),
         ],
+        credentials=ctx.security.server_credentials(listener),
     )
     rpc.start()
     return rpc

@@ -151,8 +151,13 @@ def build_options(args: argparse.Namespace) -> Any:
     metrics_listen = parse_address(args.metrics_listen, "--metrics-listen") if args.metrics_listen else ""
     if raft_listen.rpartition(":")[2] != voters[args.node_id].rpartition(":")[2]:
         raise CliError(f"--raft-listen {raft_listen} and --quorum's {voters[args.node_id]} name different ports")
+    from controller.security.settings import SECURITY_KEY_NAMES, NodeSecurity
+
     try:
-        config = ControllerConfig.from_props(parse_key_values(args.config))
+        props = parse_key_values(args.config)
+        security = NodeSecurity.from_props(props)
+        config = ControllerConfig.from_props({k: v for k, v in props.items() if k not in SECURITY_KEY_NAMES})
+        security.check_listener(security.controller_listener)
     except ConfigError as exc:
         raise CliError(str(exc)) from None
     addresses = parse_id_map(args.controller_addresses, "--controller-addresses") if args.controller_addresses else {}
@@ -169,6 +174,7 @@ def build_options(args: argparse.Namespace) -> Any:
         controller_addresses=addresses,
         cluster_id=args.cluster_id or default_cluster_id(voters),
         metrics_listen=metrics_listen,
+        security=security,
     )
 
 

@@ -49,6 +49,7 @@ from controller.records import (
     decode_record,
     encode_record,
 )
+from controller.security.settings import NodeSecurity
 from controller.snapshot import decode_snapshot, encode_snapshot
 from proto import common_pb2
 
@@ -85,6 +86,7 @@ class ServerOptions:
     cluster_id: str = ""
     tuning: QuorumTuning | None = None
     metrics_listen: str = ""  # HOST:PORT of the /metrics endpoint ("": none)
+    security: NodeSecurity = dataclasses.field(default_factory=NodeSecurity)  # docs/SECURITY.md
 
 
 class SnapshotFolder:

@@ -212,6 +212,7 @@ def start_grpc_server(server: ControllerServer, listen: str, *, health: HealthRe
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
         ],
+        credentials=server.options.security.server_credentials(server.options.security.controller_listener),
     )
     rpc.start()
     return rpc

@@ -25,6 +25,8 @@ from odradek.errors import (
     UnknownKafkaError,
     UnsupportedVersionError,
 )
+from odradek.security.channels import channel_credentials
+from odradek.security.config import SecurityConfig
 from proto import broker_pb2_grpc
 
 MESSAGE_SLACK_BYTES = 1 << 20  # request/response framing around the record bytes
@@ -42,7 +44,9 @@ class ChannelPool:
         client_id: str = "",
         reconnect_backoff_ms: int = 100,
         reconnect_backoff_max_ms: int = 1000,
+        security: SecurityConfig | None = None,
     ) -> None:
+        self._credentials = channel_credentials(security) if security is not None else None  # None: plaintext
         limit = max_message_bytes + MESSAGE_SLACK_BYTES
         agent = f"odradek/{__version__}" + (f" {client_id}" if client_id else "")
         self._options = [
@@ -67,7 +71,10 @@ class ChannelPool:
                 raise IllegalStateError("the client is closed")
             stub = self._stubs.get(address)
             if stub is None:
-                channel = grpc.insecure_channel(address, options=self._options)
+                if self._credentials is None:
+                    channel = grpc.insecure_channel(address, options=self._options)
+                else:
+                    channel = grpc.secure_channel(address, self._credentials, options=self._options)
                 self._channels[address] = channel
                 stub = self._stubs[address] = _new_stub(channel)
             return stub

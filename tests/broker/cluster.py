@@ -29,6 +29,7 @@ metrics=False)``:
   ``stop``).
 * ``kafka=True``: every broker also listens for Kafka's protocol (``KAFKA`` listener) on a free port;
   ``kafka_bootstrap_servers`` lists them.
+* ``channel_credentials``: gRPC channel credentials of the test's own stubs (TLS clusters).
 * ``wait_for(predicate, timeout_s, what)``: poll (every 20 ms) until ``predicate()`` is true, else fail.
 
 Processes run ``python -m odradek.cli`` (the ``odradek`` command), or the command in the environment
@@ -154,8 +155,10 @@ class Cluster:
         start: bool = True,
         metrics: bool = False,
         kafka: bool = False,
+        channel_credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self.root = Path(root)
+        self.channel_credentials = channel_credentials  # for the test's own stubs: TLS to TLS listeners
         # one call: ports from two calls could overlap (each call's sockets are closed when it returns)
         nodes = controllers + brokers
         ports = free_ports(2 * controllers + brokers + (brokers if kafka else 0) + (nodes if metrics else 0))
@@ -263,7 +266,11 @@ class Cluster:
         if channel is None:
             options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]  # fmt: skip
-            channel = self._channels[address] = grpc.insecure_channel(address, options=options)
+            if self.channel_credentials is None:
+                channel = grpc.insecure_channel(address, options=options)
+            else:
+                channel = grpc.secure_channel(address, self.channel_credentials, options=options)
+            self._channels[address] = channel
         return channel
 
     def _drop_channel(self, address: str) -> None:
