@@ -96,7 +96,7 @@ from controller.configs import (
 )
 from controller.image import MetadataImage
 from controller.records import ConfigResourceType
-from controller.security.settings import SECURITY_KEYS
+from controller.security.settings import SECURITY_KEYS, is_listener_override
 from log.config import LogConfig
 from log.errors import InvalidConfigError
 
@@ -196,7 +196,8 @@ class BrokerConfig:
             text = given.get(name, key.default)
             values[name] = None if text == _UNSET and name not in given else key.parse(text)
         for name in given:
-            BROKER_SCHEMA.key(name)  # unknown keys raise, naming the key
+            if not is_listener_override(name):  # listener.name.<name>.ssl.client.auth: checked by NodeSecurity
+                BROKER_SCHEMA.key(name)  # unknown keys raise, naming the key
         config = cls(given, values)
         config.log_config()  # a value that no log accepts fails now, not when the first partition opens
         return config

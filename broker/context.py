@@ -45,4 +45,5 @@ class BrokerContext:
     coordinator: GroupCoordinator | None = None  # None: no group coordinator (unit tests)
     metrics: BrokerMetrics | None = None  # None: metrics off (no --metrics-listen): no metrics work per request
     security: NodeSecurity = field(default_factory=NodeSecurity)  # listeners' protocols, TLS, authorizer
+    guard: Any = None  # controller.security.node.NodeGuard (SASL, authorizer); None: unit tests, no checks
     classic: Any = None  # broker.group.classic_driver.ClassicCoordinator; None: no classic groups (unit tests)

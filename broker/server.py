@@ -65,6 +65,8 @@ from broker.producer_ids import ProducerIdManager, controller_allocator
 from broker.replica_fetcher import ReplicaFetcherManager
 from broker.replica_manager import ReplicaManager
 from controller.image import MetadataImage
+from controller.security.node import NodeGuard
+from controller.security.rules import BROKER_RULES
 from controller.security.settings import NodeSecurity
 from log.clock import Clock, SystemClock
 
@@ -143,6 +145,7 @@ class BrokerServer:
         self.ctx = BrokerContext(
             options.node_id, config, self.metadata, self.replicas, self.channel, security=self.security
         )
+        self.ctx.guard = NodeGuard.build(self.security, lambda: self.metadata.image, BROKER_RULES)
         self.metrics: Any = None  # broker.metrics.BrokerMetrics with --metrics-listen
         if options.metrics_listen:
             from broker.metrics import BrokerMetrics

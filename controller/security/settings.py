@@ -22,8 +22,9 @@ key                                      default                      what
 
 Rules the tests cite:
 
-* N1. A listener's protocol is the map's entry for its name; a listener missing from the map is a config error
-  at start (Kafka's rule), as is a protocol that is not one of the four.
+* N1. A listener's protocol is the map's entry for its name; a listener missing from a map that was given is a
+  config error at start (Kafka's rule), as is a protocol that is not one of the four. Without the key, every
+  listener the default map does not name is PLAINTEXT (so clusters that predate security start as before).
 * N2. An SSL or SASL_SSL listener needs ``ssl.keystore.location``; ``ssl.client.auth=required`` needs
   ``ssl.truststore.location``. Files are read at start: a missing or malformed file stops the node with an
   error naming the key.
@@ -33,6 +34,8 @@ Rules the tests cite:
   call; over TLS they trust ``ssl.truststore.location`` and present the keystore's certificate, so nodes
   authenticate to each other by certificate.
 * N5. PLAIN is accepted only on SASL_SSL listeners (it sends the password itself).
+* N6. Kafka's per-listener override ``listener.name.<name>.ssl.client.auth`` (the name lower-cased) sets one
+  listener's client authentication, e.g. ``required`` between nodes and ``none`` on a SASL_SSL client listener.
 """
 
 from __future__ import annotations
@@ -75,6 +78,14 @@ SECURITY_KEYS = [
 ]
 SECURITY_SCHEMA = ConfigSchema("security", SECURITY_KEYS)
 SECURITY_KEY_NAMES = frozenset(k.name for k in SECURITY_KEYS)
+
+_OVERRIDE = re.compile(r"listener\.name\.([a-z0-9_]+)\.ssl\.client\.auth")
+
+
+def is_listener_override(key: str) -> bool:
+    """N6: ``listener.name.<name>.ssl.client.auth``."""
+    return _OVERRIDE.fullmatch(key) is not None
+
 
 _PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z ]+)-----.*?-----END \1-----\s*", re.DOTALL)
 
@@ -130,11 +141,13 @@ class NodeSecurity:
     """Parsed security settings of one node, with its key material loaded (N1-N5). Immutable; thread-safe."""
 
     protocol_map: Mapping[str, str] = field(default_factory=lambda: parse_protocol_map(DEFAULT_PROTOCOL_MAP))
+    protocol_map_given: bool = False
     controller_listener: str = "CONTROLLER"
     key_pem: bytes | None = None
     cert_chain_pem: bytes | None = None
     truststore_pem: bytes | None = None
     client_auth_required: bool = False
+    client_auth_by_listener: Mapping[str, bool] = field(default_factory=dict)  # N6, by upper-case listener name
     principal_mapper: PrincipalMapper = field(default_factory=PrincipalMapper)
     sasl_mechanisms: tuple[str, ...] = SASL_MECHANISMS
     reauth_ms: int = 3_600_000
@@ -146,6 +159,14 @@ class NodeSecurity:
     def from_props(cls, props: Mapping[str, str]) -> NodeSecurity:
         """The settings of the security keys in ``props`` (others ignored); ConfigError naming the key."""
         values = SECURITY_SCHEMA.validate_all({k: v for k, v in props.items() if k in SECURITY_KEY_NAMES})
+        overrides: dict[str, bool] = {}
+        for key, text in props.items():
+            match = _OVERRIDE.fullmatch(key)
+            if match is not None:
+                value = text.strip().lower()
+                if value not in ("required", "none"):
+                    raise ConfigError(key, f"{key}: {text!r} is not required or none")
+                overrides[match.group(1).upper()] = value == "required"
         merged = {k.name: SECURITY_SCHEMA.validate(k.name, k.default) for k in SECURITY_KEYS} | values
         if merged["ssl.client.auth"] == "requested":
             raise ConfigError("ssl.client.auth", "ssl.client.auth=requested is not supported (gRPC's TLS can "
@@ -160,7 +181,7 @@ class NodeSecurity:
                 "ssl.truststore.location", _read("ssl.truststore.location", merged["ssl.truststore.location"])
             )
         required = merged["ssl.client.auth"] == "required"
-        if required and trust is None:
+        if (required or any(overrides.values())) and trust is None:
             raise ConfigError("ssl.client.auth", "ssl.client.auth=required needs ssl.truststore.location")
         try:
             mapper = PrincipalMapper.from_config(merged["ssl.principal.mapping.rules"])
@@ -184,11 +205,13 @@ class NodeSecurity:
             raise ConfigError("controller.listener.names", "controller.listener.names must name a listener")
         return cls(
             protocol_map=parse_protocol_map(merged["listener.security.protocol.map"]),
+            protocol_map_given="listener.security.protocol.map" in values,
             controller_listener=names[0],
             key_pem=key_pem,
             cert_chain_pem=chain,
             truststore_pem=trust,
             client_auth_required=required,
+            client_auth_by_listener=overrides,
             principal_mapper=mapper,
             sasl_mechanisms=mechanisms,
             reauth_ms=int(merged["connections.max.reauth.ms"]),
@@ -200,6 +223,8 @@ class NodeSecurity:
     def protocol(self, listener: str) -> str:
         """N1: the protocol of ``listener``."""
         protocol = self.protocol_map.get(listener)
+        if protocol is None and not self.protocol_map_given:
+            return "PLAINTEXT"
         if protocol is None:
             raise ConfigError(
                 "listener.security.protocol.map",
@@ -223,10 +248,11 @@ class NodeSecurity:
 
         assert self.key_pem is not None
         assert self.cert_chain_pem is not None
+        required = self.client_auth_by_listener.get(listener.upper(), self.client_auth_required)
         return grpc.ssl_server_credentials(
             [(self.key_pem, self.cert_chain_pem)],
-            root_certificates=self.truststore_pem if self.client_auth_required else None,
-            require_client_auth=self.client_auth_required,
+            root_certificates=self.truststore_pem if required else None,
+            require_client_auth=required,
         )
 
     def channel_credentials(self, protocol: str) -> grpc.ChannelCredentials | None:

@@ -30,6 +30,8 @@ metrics=False)``:
 * ``kafka=True``: every broker also listens for Kafka's protocol (``KAFKA`` listener) on a free port;
   ``kafka_bootstrap_servers`` lists them.
 * ``channel_credentials``: gRPC channel credentials of the test's own stubs (TLS clusters).
+* ``client_listener``: the name of a second gRPC listener on every broker (e.g. ``CLIENT``), on free ports
+  ``client_addresses`` (not with ``kafka``).
 * ``wait_for(predicate, timeout_s, what)``: poll (every 20 ms) until ``predicate()`` is true, else fail.
 
 Processes run ``python -m odradek.cli`` (the ``odradek`` command), or the command in the environment
@@ -156,12 +158,16 @@ class Cluster:
         metrics: bool = False,
         kafka: bool = False,
         channel_credentials: grpc.ChannelCredentials | None = None,
+        client_listener: str | None = None,
     ) -> None:
         self.root = Path(root)
         self.channel_credentials = channel_credentials  # for the test's own stubs: TLS to TLS listeners
         # one call: ports from two calls could overlap (each call's sockets are closed when it returns)
         nodes = controllers + brokers
-        ports = free_ports(2 * controllers + brokers + (brokers if kafka else 0) + (nodes if metrics else 0))
+        extra = brokers if client_listener else 0
+        ports = free_ports(2 * controllers + brokers + (brokers if kafka else 0) + (nodes if metrics else 0) + extra)
+        self.client_addresses = [f"127.0.0.1:{p}" for p in ports[len(ports) - extra :]] if extra else []
+        ports = ports[: len(ports) - extra]
         grpc_ports, raft_ports = ports[:controllers], ports[controllers : 2 * controllers]
         broker_ports = ports[2 * controllers : 2 * controllers + brokers]
         kafka_ports = ports[2 * controllers + brokers : 2 * controllers + brokers + (brokers if kafka else 0)]
@@ -190,6 +196,8 @@ class Cluster:
         for i in range(brokers):
             listen, data_dir = f"127.0.0.1:{broker_ports[i]}", self.root / f"broker-{i}"
             listeners = f"PLAINTEXT://{listen},KAFKA://{self.kafka_addresses[i]}" if kafka else listen
+            if client_listener:
+                listeners = f"PLAINTEXT://{listen},{client_listener}://{self.client_addresses[i]}"
             argv = [*odradek_command(), "broker", "--node-id", str(i), "--listen", listeners]
             argv += ["--controllers", self.controller_addresses, "--data-dir", str(data_dir), *_config_args(config)]
             argv += metrics_args(controllers + i)

@@ -17,6 +17,8 @@ class TlsFiles:
     other_ca: Path  # a CA nobody trusts
     stranger_cert: Path  # CN=mallory, signed by the other CA
     stranger_key: Path
+    eve_cert: Path  # CN=eve, signed by the CA: a valid certificate of no special standing
+    eve_key: Path
 
     def node_config(self, protocol_map: str, client_auth: str = "required") -> dict[str, str]:
         return {
@@ -37,7 +39,9 @@ class TlsFiles:
 def make_tls_files(root: Path) -> TlsFiles:
     root.mkdir(parents=True, exist_ok=True)
     ca, other = CertificateAuthority.create(), CertificateAuthority.create("Another CA")
-    node, alice, mallory = ca.issue("node"), ca.issue("alice"), other.issue("mallory")
+    node, alice, mallory, eve = ca.issue("node"), ca.issue("alice"), other.issue("mallory"), ca.issue("eve")
+    (root / "eve.pem").write_bytes(eve.cert_pem)
+    write_private(root / "eve.key", eve.key_pem)
     (root / "ca.pem").write_bytes(ca.cert_pem)
     (root / "other-ca.pem").write_bytes(other.cert_pem)
     write_private(root / "node.keystore.pem", node.keystore_pem)
@@ -46,4 +50,5 @@ def make_tls_files(root: Path) -> TlsFiles:
     (root / "mallory.pem").write_bytes(mallory.cert_pem)
     write_private(root / "mallory.key", mallory.key_pem)
     return TlsFiles(root / "ca.pem", root / "node.keystore.pem", root / "alice.pem", root / "alice.key",
-                    root / "other-ca.pem", root / "mallory.pem", root / "mallory.key")  # fmt: skip
+                    root / "other-ca.pem", root / "mallory.pem", root / "mallory.key", root / "eve.pem",
+                    root / "eve.key")  # fmt: skip
