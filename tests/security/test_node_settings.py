@@ -66,3 +66,23 @@ def test_n3_requested_client_auth_is_refused_and_other_keys_checked() -> None:
     assert settings.authorizer_enabled
     assert settings.super_users == {"User:admin", "User:CN=node"}
     assert settings.sasl_mechanisms == ("SCRAM-SHA-512",)
+
+
+def test_cluster_secret_file_is_made_once_and_shared(tmp_path: Path) -> None:
+    """Controllers starting together on one volume (compose) agree on the secret the first one made."""
+    import threading
+
+    from controller.cli import create_secret_file
+
+    path = tmp_path / "secret-volume" / "cluster.secret"
+    threads = [threading.Thread(target=create_secret_file, args=(str(path),)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    secret = path.read_text()
+    assert len(secret.strip()) >= 32
+    assert path.stat().st_mode & 0o777 == 0o600
+    create_secret_file(str(path))
+    assert path.read_text() == secret  # never replaced
+    assert [p.name for p in path.parent.iterdir()] == ["cluster.secret"]  # no temporary files left
