@@ -1,11 +1,11 @@
-"""Certificates and keystores on disk for the TLS tests (``controller/security/certs.py``)."""
+"""Certificates and keystores on disk for the TLS tests (``odradek/security/certs.py``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.security.certs import CertificateAuthority, write_private
+from odradek.security.certs import CertificateAuthority, write_private
 
 
 @dataclass(frozen=True)
