@@ -19,6 +19,8 @@ class TlsFiles:
     stranger_key: Path
     eve_cert: Path  # CN=eve, signed by the CA: a valid certificate of no special standing
     eve_key: Path
+    admin_cert: Path  # CN=admin, signed by the CA
+    admin_key: Path
 
     def node_config(self, protocol_map: str, client_auth: str = "required") -> dict[str, str]:
         return {
@@ -40,6 +42,9 @@ def make_tls_files(root: Path) -> TlsFiles:
     root.mkdir(parents=True, exist_ok=True)
     ca, other = CertificateAuthority.create(), CertificateAuthority.create("Another CA")
     node, alice, mallory, eve = ca.issue("node"), ca.issue("alice"), other.issue("mallory"), ca.issue("eve")
+    admin = ca.issue("admin")
+    (root / "admin.pem").write_bytes(admin.cert_pem)
+    write_private(root / "admin.key", admin.key_pem)
     (root / "eve.pem").write_bytes(eve.cert_pem)
     write_private(root / "eve.key", eve.key_pem)
     (root / "ca.pem").write_bytes(ca.cert_pem)
@@ -51,4 +56,4 @@ def make_tls_files(root: Path) -> TlsFiles:
     write_private(root / "mallory.key", mallory.key_pem)
     return TlsFiles(root / "ca.pem", root / "node.keystore.pem", root / "alice.pem", root / "alice.key",
                     root / "other-ca.pem", root / "mallory.pem", root / "mallory.key", root / "eve.pem",
-                    root / "eve.key")  # fmt: skip
+                    root / "eve.key", root / "admin.pem", root / "admin.key")  # fmt: skip
