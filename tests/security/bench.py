@@ -13,7 +13,8 @@ and measured in turns, round after round, so that load from elsewhere on the mac
 Per round and cluster: ``odradek perf produce`` (acks=all, unthrottled) and ``odradek perf consume`` of the
 same records (throughput), then a throttled ``perf produce`` (``--latency-rate`` records/s) whose p50 latency
 shows what a request costs rather than what batching hides. Prints each round and the medians: produce and
-consume throughput of ssl / plaintext (goal >= 0.8), and the p50 latency of ssl+acl minus ssl.
+consume throughput of ssl / plaintext (goal >= 0.8), also as the median of each round's ratio, and the p50
+latency of ssl+acl minus ssl. On a shared machine single rounds swing by several times: read the medians.
 """
 
 from __future__ import annotations
@@ -129,7 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     def median(name: str, key: str) -> float:
         return statistics.median(r[key] for r in results[name])
 
+    def paired(key: str) -> float:
+        """The median over rounds of each round's ssl / plaintext ratio (rounds ran back to back)."""
+        return statistics.median(s[key] / p[key] for s, p in zip(results["ssl"], results["plaintext"], strict=True))
+
     summary = {
+        "paired_ssl_over_plaintext_produce": paired("produce_rps"),
+        "paired_ssl_over_plaintext_consume": paired("consume_rps"),
         "ssl_over_plaintext_produce": median("ssl", "produce_rps") / median("plaintext", "produce_rps"),
         "ssl_over_plaintext_consume": median("ssl", "consume_rps") / median("plaintext", "consume_rps"),
         "authorization_added_p50_ms": median("ssl+acl", "p50_ms") - median("ssl", "p50_ms"),
@@ -138,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     print(f"SSL / PLAINTEXT: produce {summary['ssl_over_plaintext_produce']:.2f}, consume "
           f"{summary['ssl_over_plaintext_consume']:.2f} (medians of {args.rounds} rounds); authorization adds "
-          f"{summary['authorization_added_p50_ms']:.2f} ms to a throttled produce's p50")  # fmt: skip
+          f"{summary['authorization_added_p50_ms']:.2f} ms to a throttled produce's p50; per-round ratios' medians: "
+          f"produce {summary['paired_ssl_over_plaintext_produce']:.2f}, "
+          f"consume {summary['paired_ssl_over_plaintext_consume']:.2f}")  # fmt: skip
     if args.json:
         print(json.dumps(summary))
     return 0
