@@ -5,7 +5,7 @@ Port plan from ``--base-port B`` (default 9092), every address on 127.0.0.1::
     broker i                    B + i          (9092, 9093, ...: the bootstrap servers)
     controller i, gRPC          B + 100 + i    (9192, 9193, ...)
     controller i, Raft          B + 200 + i    (9292, 9293, ...)
-    broker i, Kafka protocol    B + 300 + i    (9392, 9393, ...: the Kafka bootstrap servers; not with --security)
+    broker i, Kafka protocol    B + 300 + i    (9392, 9393, ...: the Kafka bootstrap servers)
     broker i, internal          B + 400 + i    (--security sasl_ssl: the brokers' own SSL listener)
     broker i, metrics           B + 500 + i    (9592, ...: http://HOST:PORT/metrics)
     controller i, metrics       B + 600 + i    (9692, ...)
@@ -137,7 +137,6 @@ def plan_cluster(
             f"metrics from {base_port + METRICS_PORT_OFFSET})"
         )
     root = os.path.abspath(root)
-    secured = security != "plaintext"
     return ClusterPlan(
         root=root,
         security=security,
@@ -155,7 +154,7 @@ def plan_cluster(
         ),  # fmt: skip
         brokers=tuple(
             NodePlan("broker", i, f"{_host(hosts, 'broker', i)}:{base_port + i}", os.path.join(root, f"broker-{i}"),
-                     kafka_listen="" if secured else f"{_host(hosts, 'broker', i)}:{base_port + KAFKA_PORT_OFFSET + i}",
+                     kafka_listen=f"{_host(hosts, 'broker', i)}:{base_port + KAFKA_PORT_OFFSET + i}",
                      metrics=f"{_host(hosts, 'broker', i)}:{base_port + METRICS_PORT_OFFSET + i}",
                      internal_listen=f"{_host(hosts, 'broker', i)}:{base_port + INTERNAL_PORT_OFFSET + i}"
                      if security == "sasl_ssl" else "")

@@ -16,8 +16,8 @@ servers) is SASL_SSL without client certificates, and the brokers talk to each o
 (SSL, certificates required: ``broker i, internal`` at the base port + 400 + i); the admin's SCRAM-SHA-512
 credential is made by ``up`` through that listener with the admin's certificate.
 
-The Kafka-protocol listener is not opened in these modes: it has no TLS or SASL yet, and an open door would
-defeat the rest (docs/SECURITY.md).
+The brokers' Kafka-protocol listeners take the same protocol as their gRPC client listeners (SSL with client
+certificates, or SASL_SSL), so any Kafka client connects with the keys of ``client.properties``.
 """
 
 from __future__ import annotations
@@ -80,9 +80,9 @@ class Secured:
         if node.role == "controller":
             return [*common, "listener.security.protocol.map=CONTROLLER:SSL"]
         if self.mode == "ssl":
-            return [*common, "listener.security.protocol.map=PLAINTEXT:SSL,CONTROLLER:SSL"]
-        return [*common, "listener.security.protocol.map=PLAINTEXT:SSL,CLIENT:SASL_SSL,CONTROLLER:SSL",
-                "listener.name.client.ssl.client.auth=none"]  # fmt: skip
+            return [*common, "listener.security.protocol.map=PLAINTEXT:SSL,KAFKA:SSL,CONTROLLER:SSL"]
+        return [*common, "listener.security.protocol.map=PLAINTEXT:SSL,CLIENT:SASL_SSL,KAFKA:SASL_SSL,CONTROLLER:SSL",
+                "listener.name.client.ssl.client.auth=none", "listener.name.kafka.ssl.client.auth=none"]  # fmt: skip
 
     def admin_certificate_config(self) -> dict[str, object]:
         """The admin's client config by certificate (what ``up`` itself uses)."""

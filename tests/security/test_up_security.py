@@ -22,7 +22,8 @@ def test_up_with_security(mode: str, start_up: Callable[..., UpProcess], env: di
     assert properties.stat().st_mode & 0o777 == 0o600
     keys = load_properties(properties)
     assert keys["security.protocol"] == ("SSL" if mode == "ssl" else "SASL_SSL")
-    assert doc["kafka_bootstrap_servers"] == ""  # no Kafka-protocol listener without its security
+    kafka_servers = doc["kafka_bootstrap_servers"]
+    assert kafka_servers
     servers = doc["bootstrap_servers"]
     assert f"--command-config {properties}" in up.stdout()
 
@@ -41,6 +42,20 @@ def test_up_with_security(mode: str, start_up: Callable[..., UpProcess], env: di
     code, out, _ = cli("cluster")
     assert code == 0
     assert out.count("SERVING") == 3  # health over TLS
+
+    # a Kafka client (librdkafka) with the same keys on the Kafka-protocol listener
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from confluent_kafka.admin import AdminClient
+
+    kafka_config = {k: v for k, v in keys.items() if not k.startswith("ssl.certificate") and k != "ssl.key.location"}
+    if mode == "ssl":  # librdkafka names the client certificate's keys so too
+        kafka_config |= {"ssl.certificate.location": keys["ssl.certificate.location"],
+                         "ssl.key.location": keys["ssl.key.location"]}  # fmt: skip
+    listed = AdminClient({**kafka_config, "bootstrap.servers": kafka_servers}).list_topics(timeout=15)
+    assert "orders" in listed.topics
 
     # without the settings the cluster answers nothing
     code, _, err = cli("topics", "list", config=False)
