@@ -42,8 +42,10 @@ def perf(env: dict[str, str], servers: str, props: Path | None, *args: str) -> d
     done = subprocess.run(
         [sys.executable, "-m", "odradek.cli", "perf", *args, "--json", "--no-progress", "--bootstrap-servers",
          servers, *extra],
-        capture_output=True, text=True, env=env, timeout=900, check=True,
+        capture_output=True, text=True, env=env, timeout=900, check=False,
     )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"odradek perf {' '.join(args)} failed: {done.stderr.strip()[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return result
 
