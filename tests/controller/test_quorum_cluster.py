@@ -481,3 +481,32 @@ def test_followers_keep_every_entry_they_acknowledged_while_the_leader_resends(
     assert len(data(c.converged())) == 128
     assert active.status().raft_term == term, "an election: the check is only meaningful under one leader"
     assert not shrinks, f"(node, last index before, after) of logs that got shorter: {shrinks}"
+
+
+def test_a_follower_held_up_past_its_election_deadline_reads_the_heartbeats_first(
+    cluster: Callable[..., Cluster],
+) -> None:
+    """A follower's Raft thread held up for longer than the election timeout (here a 1 s fsync after a
+    tick; a busy disk or machine does it) must read the leader's heartbeats waiting in its socket before it
+    decides it heard nothing: no election, the leader stays."""
+    c = cluster().start_all()
+    active = c.settled()
+    term = active.status().raft_term
+    follower = next(n for n in c.nodes.values() if n is not active)
+    journal = follower._journal
+    assert journal is not None
+    real_flush = journal.flush
+    stalled = threading.Event()
+
+    def slow_flush() -> None:
+        if not stalled.is_set():
+            stalled.set()
+            time.sleep(2 * c.tuning.election_timeout_max_s)
+        real_flush()
+
+    journal.flush = slow_flush  # type: ignore[method-assign]
+    assert stalled.wait(WAIT_S)
+    time.sleep(4 * c.tuning.election_timeout_max_s)  # the stall, then time for an election to show
+    assert {n.node_id: n.status().raft_term for n in c.nodes.values()} == dict.fromkeys(c.nodes, term)
+    assert active.is_active()
+    assert active.append([b"after-the-stall"], timeout_s=5).ok
