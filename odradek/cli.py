@@ -41,6 +41,7 @@ def _add_client_parsers(commands: Any) -> None:
     from odradek.cli_users import add_users_parser
     from odradek.console.cli import add_console_parser
     from odradek.health import add_health_parser
+    from odradek.launcher.secure import add_security_parser
     from odradek.launcher.up import add_up_parser
     from odradek.perf.cli import add_perf_parser
 
@@ -56,6 +57,7 @@ def _add_client_parsers(commands: Any) -> None:
     add_top_parser(commands)
     add_health_parser(commands)
     add_console_parser(commands)
+    add_security_parser(commands)
 
 
 def _add_server_parsers(commands: Any) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from odradek.launcher.plan import ClusterPlan, NodePlan
 from odradek.security.certs import CertificateAuthority, write_private
@@ -52,6 +53,10 @@ class Secured:
 
     def keystore(self, node: NodePlan) -> Path:
         return self.directory / f"{node.name}.keystore.pem"
+
+    @property
+    def admin_cert_properties(self) -> Path:
+        return self.directory / "admin-cert.properties"
 
     @property
     def admin_cert(self) -> Path:
@@ -101,7 +106,14 @@ class Secured:
 
 def prepare(plan: ClusterPlan, mode: str) -> Secured:
     """Makes (or reuses) ``DIR/security/`` and ``DIR/client.properties`` for ``plan`` in ``mode``."""
-    directory = Path(plan.root) / SECURITY_DIR
+    hosts = {n.name: [n.listen.rpartition(":")[0].strip("[]")] for n in plan.nodes}
+    return prepare_files(Path(plan.root) / SECURITY_DIR, hosts, mode, Path(plan.root) / CLIENT_PROPERTIES)
+
+
+def prepare_files(directory: Path, hosts: dict[str, list[str]], mode: str, client_properties: Path) -> Secured:
+    """The CA, a keystore per node of ``hosts`` (node name -> the names and addresses it serves, to which
+    ``127.0.0.1`` and ``localhost`` are added), the admin's certificate (and password for sasl_ssl), the admin's
+    ``client.properties`` and ``admin-cert.properties`` (the admin by certificate). Existing files are kept."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     ca_pem, ca_key = directory / "ca.pem", directory / "ca.key"
     if ca_pem.exists() and ca_key.exists():
@@ -110,13 +122,12 @@ def prepare(plan: ClusterPlan, mode: str) -> Secured:
         ca = CertificateAuthority.create(f"Odradek local CA {secrets.token_hex(4)}")  # a CN has at most 64 chars
         write_private(ca_key, ca.key_pem)
         ca_pem.write_bytes(ca.cert_pem)
-    secured = Secured(mode, directory, tuple(n.name for n in plan.nodes), Path(plan.root) / CLIENT_PROPERTIES)
-    for node in plan.nodes:
-        keystore = secured.keystore(node)
+    secured = Secured(mode, directory, tuple(hosts), client_properties)
+    for name, names in hosts.items():
+        keystore = directory / f"{name}.keystore.pem"
         if not keystore.exists():
-            host = node.listen.rpartition(":")[0].strip("[]")
-            write_private(keystore, ca.issue(node.name, hosts=tuple(dict.fromkeys([host, "127.0.0.1", "localhost"])))
-                          .keystore_pem)  # fmt: skip
+            sans = tuple(dict.fromkeys([*names, "127.0.0.1", "localhost"]))
+            write_private(keystore, ca.issue(name, hosts=sans).keystore_pem)
     if not secured.admin_cert.exists() or not secured.admin_key.exists():
         admin = ca.issue(ADMIN)
         write_private(secured.admin_key, admin.key_pem)
@@ -124,10 +135,47 @@ def prepare(plan: ClusterPlan, mode: str) -> Secured:
     password = directory / "admin.password"
     if mode == "sasl_ssl" and not password.exists():
         write_private(password, (secrets.token_urlsafe(24) + "\n").encode())
-    lines = [f"# odradek up --security {mode}: the admin's client settings (Kafka's keys)"]
-    lines += [f"{key}={_escape(value)}" for key, value in secured.client_config().items()]
-    write_private(secured.client_properties, ("\n".join(lines) + "\n").encode())
+    for path, config, what in ((secured.client_properties, secured.client_config(), "the admin's client settings"),
+                               (directory / "admin-cert.properties", secured.admin_certificate_config(),
+                                "the admin by certificate (SSL)")):  # fmt: skip
+        lines = [f"# {mode}: {what} (Kafka's keys)"]
+        lines += [f"{key}={_escape(str(value))}" for key, value in config.items()]
+        write_private(path, ("\n".join(lines) + "\n").encode())
     return secured
+
+
+def add_security_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "security", help="make the certificates and settings of a secured cluster (the compose file's init)",
+        description="Make a CA, a keystore per node, an admin certificate (and SCRAM password with sasl_ssl) and "
+        "the admin's client.properties in DIR; files that exist are kept.",
+    )  # fmt: skip
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    init = actions.add_parser("init", help="make the files (keeping those that exist)")
+    init.add_argument("--dir", required=True, metavar="DIR")
+    init.add_argument("--mode", choices=("ssl", "sasl_ssl"), default="sasl_ssl")
+    init.add_argument("--node", action="append", required=True, metavar="NAME[=HOST,...]",
+                      help="a node (its certificate's CN) and the names it serves (repeatable)")  # fmt: skip
+    init.set_defaults(handler=run_init)
+
+
+def run_init(args: Any) -> int:
+    from odradek.errors import CliError
+
+    hosts: dict[str, list[str]] = {}
+    for item in args.node:
+        name, _, names = item.partition("=")
+        if not name:
+            raise CliError(f"--node {item!r}: a node needs a name")
+        hosts[name] = [name, *(n for n in names.split(",") if n)]
+    directory = Path(args.dir)
+    try:
+        secured = prepare_files(directory, hosts, args.mode, directory / CLIENT_PROPERTIES)
+    except OSError as exc:
+        raise CliError(f"cannot write the security files in {directory}: {exc}") from None
+    print(f"security files in {directory}: CA, {len(hosts)} node keystores, the admin; super users: "
+          f"{secured.super_users()}")  # fmt: skip
+    return 0
 
 
 def _escape(value: str) -> str:
