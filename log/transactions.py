@@ -87,6 +87,10 @@ class TransactionTracker:
         return self._coordinator_epochs.get(producer_id, -1)
 
     @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
     def coordinator_epochs(self) -> dict[int, int]:
         return dict(self._coordinator_epochs)
 

@@ -121,6 +121,26 @@ class TransactionIndex:
             )
         self._entries = entries
 
+    def load_within(self, next_offset: int) -> int:
+        """Load after a crash: a partial last entry (a write cut short) and the entries whose marker lies at or
+        past the segment's end (their batches were lost, or recovery cut them) are dropped from the file too;
+        anything else wrong raises :class:`IndexSanityError`. Returns how many entries were dropped."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        whole = len(data) - len(data) % ENTRY_SIZE
+        entries = decode_entries(data[:whole], str(self.path))
+        keep = len(entries)
+        while keep and entries[keep - 1].last_offset >= next_offset:
+            keep -= 1
+        if entries[:keep] and entries[0].last_offset < self.base_offset:
+            raise IndexSanityError(f"{self.path}: a marker at {entries[0].last_offset} is below the segment")
+        self._entries = entries[:keep]
+        if keep * ENTRY_SIZE != len(data):
+            os.truncate(self.path, keep * ENTRY_SIZE)
+        return len(entries) - keep + (1 if whole != len(data) else 0)
+
     def append(self, aborted: AbortedTxn) -> None:
         """Add the transaction whose ABORT marker was just written (markers come in offset order)."""
         if self._entries and aborted.last_offset <= self._entries[-1].last_offset:
@@ -144,11 +164,15 @@ class TransactionIndex:
         if self.path.exists():
             os.truncate(self.path, keep * ENTRY_SIZE)
 
+    @property
+    def last_offset(self) -> int:
+        """The offset of the last indexed marker, -1 when there is none."""
+        return self._entries[-1].last_offset if self._entries else -1
+
     def reset(self, entries: Iterable[AbortedTxn] = ()) -> None:
-        """Replace every entry (a rebuild from the segment's markers)."""
+        """Replace every entry (a new segment, or a rebuild); the file is removed until it has an entry."""
         self._entries = []
-        if self.path.exists():
-            os.truncate(self.path, 0)
+        self.path.unlink(missing_ok=True)
         for entry in entries:
             self.append(entry)
 
