@@ -77,6 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
+        if hasattr(args, "command_config"):  # every client command (odradek.cli_support.add_bootstrap_option)
+            from odradek.cli_support import load_command_config
+
+            load_command_config(args.command_config)
         return handler(args)
     except CliError as exc:
         print(f"odradek: {exc}", file=sys.stderr)
