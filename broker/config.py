@@ -103,6 +103,7 @@ from controller.configs import (
 )
 from controller.image import MetadataImage
 from controller.records import ConfigResourceType
+from controller.security.settings import SECURITY_KEYS, is_listener_override
 from log.config import LogConfig
 from log.errors import InvalidConfigError
 
@@ -177,7 +178,7 @@ _BROKER_ONLY = [
     _key("log.cleaner.io.buffer.size", _INT, "524288", 1),
     _key("log.cleaner.io.buffer.load.factor", ConfigType.DOUBLE, "0.9", 0.01, 1.0),
 ]
-BROKER_SCHEMA = ConfigSchema("broker", list(BROKER_CONFIGS.keys.values()) + _BROKER_ONLY)
+BROKER_SCHEMA = ConfigSchema("broker", list(BROKER_CONFIGS.keys.values()) + _BROKER_ONLY + SECURITY_KEYS)
 """Every key ``odradek broker --config`` accepts."""
 
 BROKER_TO_TOPIC_KEY: Mapping[str, str] = {b: t for t, b in TOPIC_TO_BROKER_KEY.items()}
@@ -204,7 +205,8 @@ class BrokerConfig:
             text = given.get(name, key.default)
             values[name] = None if text == _UNSET and name not in given else key.parse(text)
         for name in given:
-            BROKER_SCHEMA.key(name)  # unknown keys raise, naming the key
+            if not is_listener_override(name):  # listener.name.<name>.ssl.client.auth: checked by NodeSecurity
+                BROKER_SCHEMA.key(name)  # unknown keys raise, naming the key
         config = cls(given, values)
         config.log_config()  # a value that no log accepts fails now, not when the first partition opens
         return config

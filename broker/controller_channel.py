@@ -34,6 +34,7 @@ from typing import Any
 import grpc
 
 from broker.errors import NOT_CONTROLLER, REQUEST_TIMED_OUT, BrokerError
+from controller.security.settings import open_channel
 from proto import controller_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,8 @@ class ControllerChannel:
     set of calls in flight, and the remembered active / reading addresses are single attribute writes.
     """
 
-    def __init__(self, addresses: Sequence[str]) -> None:
+    def __init__(self, addresses: Sequence[str], credentials: Any = None) -> None:
+        self._credentials = credentials  # grpc.ChannelCredentials of the controllers' listener; None: plaintext
         if not addresses:
             raise ValueError("at least one controller address is needed")
         self._addresses = list(dict.fromkeys(addresses))
@@ -88,9 +90,10 @@ class ControllerChannel:
                 raise ChannelClosedError()
             stub = self._stubs.get(address)
             if stub is None:
-                channel = grpc.insecure_channel(
+                channel = open_channel(
                     address,
-                    options=[
+                    self._credentials,
+                    [
                         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                     ],

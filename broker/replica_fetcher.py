@@ -44,6 +44,7 @@ from broker.lifecycle import LISTENER
 from broker.log_manager import TopicPartition
 from broker.replica_manager import ReplicaManager
 from controller.image import MetadataImage
+from controller.security.settings import open_channel
 from log import trace
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
@@ -73,7 +74,7 @@ class ReplicaFetcherThread:
 
     def __init__(
         self, broker_id: int, source_id: int, address: str, replicas: ReplicaManager, config: BrokerConfig,
-        broker_epoch: Callable[[], int],
+        broker_epoch: Callable[[], int], credentials: Any = None,
     ) -> None:  # fmt: skip
         self.broker_id = broker_id
         self.source_id = source_id
@@ -88,7 +89,7 @@ class ReplicaFetcherThread:
         self._errors = 0  # errors in the current round (the fetcher thread's own)
         options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]  # fmt: skip
-        self._channel = grpc.insecure_channel(address, options=options)
+        self._channel = open_channel(address, credentials, options)  # TLS when the inter-broker listener is
         self._stub: Any = broker_pb2_grpc.BrokerStub(self._channel)  # type: ignore[no-untyped-call]
         self._streaming = bool(config.get("replica.fetch.stream.enable"))
         self._stream: ReplicaFetchStream | None = None  # the ReplicaFetch stream, made by the first fetch round
@@ -274,9 +275,11 @@ class ReplicaFetcherManager:
     """The fetcher threads of this broker, one per leader it follows partitions from."""
 
     def __init__(
-        self, broker_id: int, replicas: ReplicaManager, config: BrokerConfig, broker_epoch: Callable[[], int]
-    ) -> None:
+        self, broker_id: int, replicas: ReplicaManager, config: BrokerConfig, broker_epoch: Callable[[], int],
+        credentials: Any = None,
+    ) -> None:  # fmt: skip
         self.broker_id = broker_id
+        self._credentials = credentials  # grpc.ChannelCredentials of the inter-broker listener; None: plaintext
         self._replicas = replicas
         self._config = config
         self._broker_epoch = broker_epoch
@@ -298,7 +301,8 @@ class ReplicaFetcherManager:
             address = inter_broker_address(image, source_id)
             if existing is None and address is not None:
                 existing = self._threads[source_id] = ReplicaFetcherThread(
-                    self.broker_id, source_id, address, self._replicas, self._config, self._broker_epoch
+                    self.broker_id, source_id, address, self._replicas, self._config, self._broker_epoch,
+                    self._credentials,
                 )
                 existing.start()
             if existing is not None:

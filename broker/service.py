@@ -332,6 +332,8 @@ def start_grpc_server(
         holder.append(service)
         add_servicer: Any = broker_pb2_grpc.add_BrokerServicer_to_server  # generated code is untyped
         add_servicer(service, server)
+        if ctx.guard is not None:
+            ctx.guard.add_sasl(server, listener)
         if health is not None:
             health.add_to(server)
 
@@ -346,6 +348,8 @@ def start_grpc_server(
             ("grpc.max_send_message_length", send),
             ("grpc.so_reuseport", 0),
         ],
+        credentials=ctx.security.server_credentials(listener),
+        interceptors=ctx.guard.interceptors(listener) if ctx.guard is not None else (),
     )
     rpc.start()
     return rpc

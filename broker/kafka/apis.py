@@ -9,7 +9,7 @@ SaslHandshake/SaslAuthenticate and the transaction APIs are added here when they
 
 from __future__ import annotations
 
-from broker.kafka import admin, api_versions, classic, fetch, groups, metadata, offsets, produce
+from broker.kafka import admin, api_versions, classic, fetch, groups, metadata, offsets, produce, security
 from broker.kafka.api import Api
 
 _APIS = [
@@ -26,12 +26,14 @@ _APIS = [
     Api(14, "SyncGroup", 0, 5, classic.handle_sync_group),
     Api(15, "DescribeGroups", 0, 5, groups.handle_describe_groups),
     Api(16, "ListGroups", 0, 5, groups.handle_list_groups),
+    Api(17, "SaslHandshake", 1, 1, security.handle_sasl_handshake, before_auth=True),
     Api(18, "ApiVersions", 0, 4, api_versions.handle, before_auth=True),
     Api(19, "CreateTopics", 2, 7, admin.handle_create_topics),
     Api(20, "DeleteTopics", 1, 6, admin.handle_delete_topics),
     Api(22, "InitProducerId", 0, 5, admin.handle_init_producer_id),
     Api(23, "OffsetForLeaderEpoch", 2, 4, offsets.handle_offset_for_leader_epoch),
     Api(32, "DescribeConfigs", 1, 4, admin.handle_describe_configs),
+    Api(36, "SaslAuthenticate", 0, 2, security.handle_sasl_authenticate, before_auth=True),
     Api(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
     Api(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
     Api(44, "IncrementalAlterConfigs", 0, 1, admin.handle_incremental_alter_configs),
