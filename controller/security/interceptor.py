@@ -141,8 +141,14 @@ def _abort_sync(context: Any, refused: Refused) -> None:
     context.abort(refused.status, f"{refused.code}: {refused}")
 
 
+STREAMED_AS = {"ReplicaFetch": "Fetch"}
+"""Streaming methods, and the unary method whose rule checks each of their requests (a follower's fetches on
+one stream are Fetches). Any other streaming method is refused (deny by default)."""
+
+
 class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Wraps every unary-unary handler of the listener with :class:`CallSecurity` (module docstring)."""
+    """Wraps every handler of the listener with :class:`CallSecurity` (module docstring): a unary call is
+    checked once, each request of a stream of :data:`STREAMED_AS` as a call of its unary method."""
 
     def __init__(self, security: CallSecurity) -> None:
         self._security = security
@@ -150,8 +156,10 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
         handler = await continuation(handler_call_details)
         full = handler_call_details.method
-        if handler is None or full.startswith(OPEN_SERVICES) or handler.unary_unary is None:
+        if handler is None or full.startswith(OPEN_SERVICES):
             return handler
+        if handler.unary_unary is None:
+            return self._streamed(full.rsplit("/", 1)[-1], handler)
         method = full.rsplit("/", 1)[-1]
         behavior = handler.unary_unary
         security = self._security
@@ -182,3 +190,37 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return grpc.unary_unary_rpc_method_handler(
             wrapped, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
         )
+
+    def _streamed(self, method: str, handler: Any) -> Any:
+        """A stream-stream handler whose every request is checked as a call of ``STREAMED_AS[method]`` before
+        the handler sees it (a refusal ends the stream); any other streaming method is refused."""
+        security = self._security
+        unary = STREAMED_AS.get(method)
+        behavior = handler.stream_stream
+
+        async def refuse(context: Any, refused: Refused) -> None:
+            if refused.reauthenticate:
+                context.set_trailing_metadata(((REAUTHENTICATE, "1"),))
+            await context.abort(refused.status, f"{refused.code}: {refused}")
+
+        async def checked_stream(request_iterator: Any, context: Any) -> Any:
+            if unary is None or behavior is None:
+                await refuse(context, Refused(grpc.StatusCode.PERMISSION_DENIED, "CLUSTER_AUTHORIZATION_FAILED",
+                                              f"{method}: no rule"))  # fmt: skip
+                return
+
+            async def checked_requests() -> Any:
+                async for request in request_iterator:
+                    try:
+                        security.check(unary, request, context)
+                    except Refused as refused:
+                        await refuse(context, refused)
+                    yield request
+
+            async for response in behavior(checked_requests(), context):
+                yield response
+
+        return grpc.stream_stream_rpc_method_handler(
+            checked_stream, request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )  # fmt: skip
