@@ -172,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     from broker.handlers.describe_cluster import refresh_quorum
     from broker.resources import raise_open_files_limit
     from broker.server import BrokerServer
+    from log import trace
     from log.errors import LogError
 
     raise_open_files_limit()
@@ -185,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
         server = BrokerServer(options)
     except ConfigError as exc:  # a security setting (listener protocols, key material) that cannot work
         raise CliError(f"broker {options.node_id} cannot start: {exc}") from None
+    trace.set_role(f"broker-{options.node_id}")  # log.trace, with ODRADEK_LATENCY_TRACE set
     # a request thread woken by an append waits for the GIL up to this long while another thread computes
     sys.setswitchinterval(float(options.config.get("python.switch.interval.ms")) / 1000.0)
     try:

@@ -36,6 +36,9 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
     controlled.shutdown.timeout.ms                 30000        not Kafka's: bound on the controlled shutdown
     purgatory.max.operations                       10000        not Kafka's: bound on waiting fetches and
                                                                 produces per purgatory; over it, answer at once
+    fetch.inline.read.max.bytes                    262144       not Kafka's: a long-polling Fetch woken with at
+                                                                most this much to read reads it on the event
+                                                                loop (no hop to a worker and back); 0: never
     python.switch.interval.ms                      0.5          not Kafka's: the interpreter's thread switch
                                                                 interval (sys.setswitchinterval; Python's 5 ms
                                                                 lets a busy thread delay a woken request that long)
@@ -134,6 +137,7 @@ _BROKER_ONLY = [
     _key("controlled.shutdown.enable", _BOOL, "true"),
     _key("controlled.shutdown.timeout.ms", _INT, "30000", 0),
     _key("purgatory.max.operations", _INT, "10000", 0),
+    _key("fetch.inline.read.max.bytes", _INT, "262144", 0),
     _key("python.switch.interval.ms", ConfigType.DOUBLE, "0.5", 0.05, 100.0),
     # the group coordinator (broker/group/)
     _key("offsets.topic.num.partitions", _INT, "50", 1),

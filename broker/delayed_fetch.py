@@ -14,8 +14,9 @@ D. the bytes that became readable since the fetch began (for consumers: below th
 or
 E. ``max_wait_ms`` passed (the purgatory's timer).
 
-Completing only wakes the waiting request thread, which reads again and answers: the reads happen on the
-request's own thread, never on the producer's or the timer's.
+Completing only wakes the waiting request, which reads again and answers: the reads happen on the
+request's own thread (or its event loop: ``ready_bytes``, the bytes case D counted, tells the gRPC service
+whether the read is small enough for the loop), never on the producer's or the timer's.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class DelayedFetch(DelayedOperation):
         self.statuses = tuple(statuses)
         self._lookup = lookup
         self.reason = ""
+        self.ready_bytes = 0  # case D: the bytes counted when it completed (0 for the other cases)
 
     @property
     def keys(self) -> list[TopicPartition]:
@@ -82,6 +84,7 @@ class DelayedFetch(DelayedOperation):
                 arrived = max(0, now.appended_bytes - status.start.appended_bytes)
                 accumulated += min(status.initial_bytes + arrived, status.partition_max_bytes)
         if accumulated >= self.min_bytes:
+            self.ready_bytes = accumulated  # before completing: the woken request reads it at once
             return self._done_because(f"D: {accumulated} bytes >= min_bytes {self.min_bytes}")
         return False
 

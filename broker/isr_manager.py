@@ -67,8 +67,10 @@ class IsrManager:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the thread (safe before ``start``: a broker whose start failed stops everything it has)."""
         self._stop.set()
-        self._thread.join(timeout=ALTER_TIMEOUT_S + 1.0)
+        if self._thread.is_alive():
+            self._thread.join(timeout=ALTER_TIMEOUT_S + 1.0)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

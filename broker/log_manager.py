@@ -1,6 +1,6 @@
 """The broker's data directory: partition directories, their topic ids, deletion, the HW checkpoint.
 
-Layout of ``--data-dir`` (INTERFACE.md "On disk", plus Kafka's own broker-level files)::
+Layout of ``--data-dir`` (docs/INTERFACE.md "On disk", plus Kafka's own broker-level files)::
 
     name                                    what
     meta.properties                         ``node.id=<id>``: a directory belongs to one broker id for life

@@ -126,13 +126,14 @@ class LogMaintenance:
 def make_log_cleaner(replicas: ReplicaManager, config: BrokerConfig, clock: Clock) -> LogCleaner:
     """The log cleaner (``log.cleaner.*``) over every partition whose ``cleanup.policy`` includes ``compact``.
 
-    Each partition is cleaned below its high watermark (Kafka's first uncleanable offset), leaders and
-    followers alike: every replica compacts its own log.
+    Each partition is cleaned below its last stable offset (Kafka's first uncleanable offset), and before the
+    first aborted transaction still in its log (``UnifiedLog.cleanable_upper_bound``), leaders and followers
+    alike: every replica compacts its own log.
     """
 
     def compacted_logs() -> dict[str, tuple[Log, int]]:
         return {
-            partition.key_str: (partition.log, partition.high_watermark)
+            partition.key_str: (partition.log, partition.cleanable_upper_bound)
             for partition in replicas.partitions().values()
             if partition.config.compact_enabled
         }

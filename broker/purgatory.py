@@ -1,6 +1,6 @@
 """The purgatory: requests that wait for a condition or a timeout (Kafka's ``DelayedOperation``).
 
-One generic mechanism (STYLE.md §5). A :class:`DelayedOperation` says when it can complete
+One generic mechanism (docs/CONVENTIONS.md §5). A :class:`DelayedOperation` says when it can complete
 (:meth:`~DelayedOperation.try_complete`), what completing does (:meth:`~DelayedOperation.on_complete`, run
 exactly once) and what an expiry adds (:meth:`~DelayedOperation.on_expiration`). A :class:`Purgatory` holds
 the operations that could not complete at once, watched under keys (a ``(topic, partition)``), and a timer:

@@ -42,6 +42,7 @@ from broker.log_manager import TopicPartition
 from broker.replica_manager import ReplicaManager
 from controller.image import MetadataImage
 from controller.security.settings import open_channel
+from log import trace
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
 from replication.epoch_cache import EpochEndOffset
@@ -211,7 +212,9 @@ class ReplicaFetcherThread:
             max_bytes=int(self._config.get("replica.fetch.response.max.bytes")),
             topics=[pb.FetchTopic(name=name, partitions=parts) for name, parts in topics.items()],
         )  # fmt: skip
+        sent_ns = trace.now_ns() if trace.ON else 0
         response = self._stub.Fetch(request, timeout=wait_ms / 1000.0 + RPC_SLACK_S)
+        received_ns = trace.now_ns() if trace.ON else 0
         by_key = {key: (state, partition) for key, state, partition in work}
         for topic in response.topics:
             for answer in topic.partitions:
@@ -219,10 +222,14 @@ class ReplicaFetcherThread:
                 found = by_key.get(key)
                 if found is None:
                     continue
+                fetch_offset = found[1].log_end_offset if trace.ON else 0
                 try:
                     self._on_fetched(key, *found, answer)
                 except Exception as exc:
                     self._mark_failed(key, found[0], "appending", exc)
+                if trace.ON:  # log.trace's ``ff``: a follower's fetch, from its sending to its append
+                    trace.record(received_ns, "ff", key[0], key[1], fetch_offset, found[1].log_end_offset, sent_ns,
+                                 trace.now_ns())  # fmt: skip
         return True
 
     def _on_fetched(self, key: TopicPartition, state: _State, partition: Partition, answer: Any) -> None:

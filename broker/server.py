@@ -223,7 +223,10 @@ class BrokerServer:
             self.cleaner.start()
             self.isr.start()
         except BaseException:
-            self.stop(controlled=False)
+            try:
+                self.stop(controlled=False)  # what started stops; what did not must not mask why start failed
+            except Exception:
+                logger.exception("broker %d: stopping after a failed start failed too", self.node_id)
             raise
 
     def wait_ready(self, timeout_s: float | None = None) -> bool:

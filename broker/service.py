@@ -6,9 +6,10 @@ status INTERNAL, and the broker keeps serving. With metrics on, ``_call`` (the o
 and times every request (``broker.metrics.requests``). Every server also serves the gRPC health service.
 
 Thread-safety: the servicer holds no state of its own. Short RPCs run on the server's worker threads
-(``num.io.threads``); Fetch and Produce are coroutines on the server's event loop that run their reads and
-appends on the same workers and wait (for data, for the ISR) without holding one (``controller.rpc_server``),
-so long polls cannot starve the short requests.
+(``num.io.threads``); Fetch and Produce are coroutines on the server's event loop that wait (for data, for
+the ISR) without holding a worker (``controller.rpc_server``), so long polls cannot starve the short requests.
+Produce appends on the loop (a batch held for its turn goes to a worker); Fetch reads on a worker, except
+the small read after a wake-up (``fetch.inline.read.max.bytes``), which the loop does itself.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from broker.handlers import (
 from broker.lifecycle import LISTENER
 from controller.long_poll import Wakeup, run_blocking
 from controller.rpc_server import RpcServer
+from log import trace
 from proto import broker_pb2_grpc
 
 if TYPE_CHECKING:
@@ -68,6 +70,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._ctx = ctx
         self._listener = listener
         self._pool = pool  # the server's worker pool: where the long polls' reads run
+        self._inline_read_max_bytes = int(ctx.config.get("fetch.inline.read.max.bytes"))
 
     def _call(self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any) -> Resp:
         metrics = self._ctx.metrics
@@ -108,6 +111,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             raise
         if isinstance(started, produce.PendingProduce) and started.pending.held:
             started = await self._call_blocking(produce.resume, started, context, produce.handle, arrived)
+        traced = trace.ON and isinstance(started, produce.PendingProduce)
+        if traced:
+            appended_ns = trace.now_ns()
+            results = started.pending.results  # type: ignore[union-attr]
         if isinstance(started, produce.PendingProduce):
             request.ClearField("topics")  # the records are written: free them while the ISR catches up
             op = started.pending.operation
@@ -117,20 +124,32 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             if not await wakeup.wait(started.pending.wait_s):
                 op.expire()
             started = produce.finish(started)
+        if traced:
+            _trace_produce(arrived, appended_ns, results)
         self._record(produce.handle, request, started, arrived)
         return started
 
     async def Fetch(self, request: Any, context: Any) -> Any:
-        """A long poll: the reads run on the worker pool, the wait holds no thread (``controller.rpc_server``)."""
+        """A long poll: the first read runs on the worker pool, the wait holds no thread
+        (``controller.rpc_server``); the read after the wait runs on the event loop when what woke it is at
+        most ``fetch.inline.read.max.bytes`` (a record that just arrived: two thread switches saved on the
+        way of every replicated and consumed record), else on the pool."""
         arrived = time.perf_counter()
         started = await self._call_blocking(fetch.begin_grpc, request, context, fetch.handle, arrived)
+        woke_ns = 0
         if isinstance(started, fetch.PendingFetch):
             op = started.op
             wakeup = Wakeup()
             op.add_done_callback(wakeup.wake)
             if not await wakeup.wait(started.wait_s):
                 op.expire()
-            started = await self._call_blocking(fetch.finish_grpc, started, context, fetch.handle, arrived)
+            woke_ns = trace.now_ns() if trace.ON else 0
+            if op.ready_bytes <= self._inline_read_max_bytes:  # small: read here, no hop to a worker and back
+                started = await self._call_inline(fetch.finish_grpc, started, context, fetch.handle, arrived)
+            else:
+                started = await self._call_blocking(fetch.finish_grpc, started, context, fetch.handle, arrived)
+        if trace.ON:
+            _trace_fetch(request, started, arrived, woke_ns)
         self._record(fetch.handle, request, started, arrived)
         return started
 
@@ -142,6 +161,19 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     def _record_failure(self, handler: Callable[..., Any], request: Any, arrived: float) -> None:
         if self._ctx.metrics is not None:
             self._ctx.metrics.requests.record_failure(handler, request, arrived)
+
+    async def _call_inline(
+        self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any,
+        counted_as: Callable[..., Any], arrived: float,
+    ) -> Resp:  # fmt: skip
+        """``handler`` on the event loop itself (short work only); errors as :meth:`_call_blocking`'s."""
+        try:
+            return handler(self._ctx, request)
+        except Exception as exc:
+            self._record_failure(counted_as, request, arrived)
+            logger.exception("broker %d: %s failed", self._ctx.broker_id, getattr(handler, "__module__", handler))
+            await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {exc!r}")
+            raise
 
     async def _call_blocking(
         self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any,
@@ -226,6 +258,29 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     def DeleteGroups(self, request: Any, context: Any) -> Any:
         return self._call(delete_groups.handle, request, context)
+
+
+def _trace_produce(arrived_s: float, appended_ns: int, results: list[Any]) -> None:
+    """``lp`` events (``log.trace``): per appended partition of an acks=all Produce, its offsets and when
+    the request arrived, its appends were done, and its answer was ready (``perf_counter`` clock)."""
+    answered_ns = trace.now_ns()
+    for result in results:
+        if result.info is not None:
+            trace.record(int(arrived_s * 1e9), "lp", result.key[0], result.key[1], result.info.first_offset,
+                         result.info.last_offset, appended_ns, answered_ns)  # fmt: skip
+
+
+def _trace_fetch(request: Any, response: Any, arrived_s: float, woke_ns: int) -> None:
+    """``fe`` events (``log.trace``): per fetched partition, who fetched (``replica_id``, -1 for consumers),
+    from which offset, how many bytes it got, when the fetch arrived, when a parked fetch was woken (0: it
+    did not wait), and when its answer was ready."""
+    answered_ns = trace.now_ns()
+    offsets = {(t.name, p.partition): p.fetch_offset for t in request.topics for p in t.partitions}
+    for topic in response.topics:
+        for answer in topic.partitions:
+            offset = offsets.get((topic.name, answer.partition), -1)
+            trace.record(answered_ns, "fe", topic.name, answer.partition, request.replica_id, offset,
+                         answer.ByteSize(), int(arrived_s * 1e9), woke_ns)  # fmt: skip
 
 
 def message_limits(config: BrokerConfig) -> tuple[int, int]:

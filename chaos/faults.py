@@ -23,22 +23,27 @@ Fault kinds (``--faults``):
 once per round, so a short run still sees each kind), a quiet time before each, a hold time, and the
 picks that choose the partition and brokers. Which broker leads that partition is asked of the cluster
 (``Admin.describe_topics``) when the episode starts. Episodes run one after the other; after each one the
-nemesis waits (bounded) until every partition has a leader and its full ISR again, so that faults do not
-pile up and each episode's unavailability can be measured on its own.
+nemesis waits (bounded) until every broker sees every partition with a leader and its full ISR again, all
+of them the same (:meth:`Nemesis.healthy`), so that faults do not pile up and each episode's unavailability
+can be measured on its own.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
+
+import grpc
 
 from chaos.backends import Backend, BackendError, Capability, NodeState
 from chaos.history import FAILED, OK, History, Op
 from odradek import Admin
 from odradek.errors import OdradekError
+from proto import broker_pb2, broker_pb2_grpc
 
 PARTITION_KINDS = ("isolate-one-way", "partition-controllers", "partition-leader-minority", "partition-leader-majority")
 FAULT_KINDS = ("kill-leader", "kill-follower", "kill-controller", "pause", "kill-two", "isolate", *PARTITION_KINDS)
@@ -272,20 +277,18 @@ class Nemesis:
                 self._record(episode, "start", node.name, partial(self.backend.start_node, node.name))
 
     def healthy(self) -> str | None:
-        """None when every broker is unfenced, there is an active controller, and every partition has a
-        leader and its full ISR; else what is missing."""
-        try:
-            cluster = self.admin.describe_cluster()
-            fenced = [b.node_id for b in cluster.brokers if b.fenced]
-            if cluster.controller_id < 0 or fenced:
-                return f"controller {cluster.controller_id}, fenced brokers {fenced}"
-            partitions = self.admin.describe_topics([self.topic])[self.topic].partitions
-        except OdradekError as exc:
-            return f"{type(exc).__name__}: {exc}"
-        for p in partitions:
-            if p.leader < 0 or set(p.isr) != set(p.replicas):
-                return f"{self.topic}-{p.partition}: leader {p.leader}, isr {p.isr}, replicas {p.replicas}"
-        return None
+        """None when every broker, asked on its own address, sees an active controller, no fenced broker, and
+        every partition of the topic with a leader and its full ISR, and all of them see the same leaders,
+        leader epochs and ISRs; else what is missing (:func:`assess`).
+
+        One broker's answer is not enough: a broker cut off from the controllers answers from the metadata
+        image it had before the cut until it catches up after the heal, and that image shows the cluster as it
+        was (itself unfenced and leading, full ISRs). As a deposed leader it also still answers ListOffsets
+        with its old end offset, so a recovery judged on its word would have the drain stop short of writes
+        the new leader acknowledged."""
+        brokers = sorted((n for n in self.backend.nodes() if n.role == "broker"), key=lambda n: n.node_id)
+        views = {n.name: broker_view(n.address, self.topic) for n in brokers}
+        return assess(views, self.topic, self.partitions, [n.node_id for n in brokers])
 
     def wait_recovered(self, episode: Episode, timeout_s: float) -> bool:
         """Wait until :meth:`healthy`; record a ``recovered`` action (failed when the time runs out)."""
@@ -306,3 +309,72 @@ class Nemesis:
 
 class _Skip(Exception):
     """The episode cannot run now (no such target, or the backend lacks the capability)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    partition: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]  # sorted
+    replicas: tuple[int, ...]  # sorted
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerView:
+    """What one broker's own metadata image says (its Metadata answer for the topic)."""
+
+    controller_id: int
+    unfenced: frozenset[int]
+    topic_error: str
+    partitions: tuple[PartitionView, ...]
+    metadata_offset: int
+
+
+VIEW_TIMEOUT_S = 5.0
+
+
+def broker_view(address: str, topic: str, timeout_s: float = VIEW_TIMEOUT_S) -> BrokerView | str:
+    """The broker at ``address``'s own view (a Metadata call to it alone), or why there is none."""
+    try:
+        with grpc.insecure_channel(address) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
+            answer = stub.Metadata(broker_pb2.MetadataRequest(topics=[topic]), timeout=timeout_s)
+    except grpc.RpcError as exc:
+        return f"Metadata: {exc.code().name}"
+    found = [t for t in answer.topics if t.name == topic]
+    partitions = tuple(sorted(
+        (PartitionView(p.partition, p.leader, p.leader_epoch, tuple(sorted(p.isr)), tuple(sorted(p.replicas)))
+         for p in (found[0].partitions if found else ())),
+        key=lambda p: p.partition,
+    ))  # fmt: skip
+    return BrokerView(answer.controller_id, frozenset(b.node_id for b in answer.brokers),
+                      found[0].error.code if found else "UNKNOWN_TOPIC_OR_PARTITION", partitions,
+                      answer.metadata_offset)  # fmt: skip
+
+
+def assess(views: Mapping[str, BrokerView | str], topic: str, partitions: int, brokers: Iterable[int]) -> str | None:
+    """None when every view (broker name -> its view, or why it has none) is healthy on its own (an active
+    controller, every broker in ``brokers`` unfenced, ``partitions`` partitions each with a leader and its full
+    ISR) and they all agree on each partition's leader, leader epoch and ISR; else the first thing missing."""
+    expected = set(brokers)
+    for name, view in views.items():
+        if isinstance(view, str):
+            return f"{name}: {view}"
+        fenced = sorted(expected - view.unfenced)
+        if view.controller_id < 0 or fenced:
+            return f"{name} sees controller {view.controller_id}, fenced brokers {fenced}"
+        if view.topic_error or len(view.partitions) != partitions:
+            return f"{name} sees {topic} with {len(view.partitions)} partitions {view.topic_error}".rstrip()
+        for p in view.partitions:
+            if p.leader < 0 or set(p.isr) != set(p.replicas):
+                return (f"{name} sees {topic}-{p.partition}: leader {p.leader}, isr {list(p.isr)}, "
+                        f"replicas {list(p.replicas)}")  # fmt: skip
+    seen = [(name, view) for name, view in views.items() if not isinstance(view, str)]
+    for (name, view), (other, other_view) in itertools.pairwise(seen):
+        for p, q in zip(view.partitions, other_view.partitions, strict=True):
+            if (p.leader, p.leader_epoch, p.isr) != (q.leader, q.leader_epoch, q.isr):
+                return (f"{name} sees {topic}-{p.partition} led by {p.leader} in epoch {p.leader_epoch} "
+                        f"(metadata offset {view.metadata_offset}), {other} by {q.leader} in epoch "
+                        f"{q.leader_epoch} (offset {other_view.metadata_offset})")  # fmt: skip
+    return None

@@ -7,9 +7,10 @@ Order of a run (each wait bounded):
    and its full ISR; its replica sets go into the history's meta;
 3. the workload starts (group members only when ``Consumer.subscribe`` works: :func:`group_support`);
 4. the nemesis runs the seeded schedule until ``duration_s``;
-5. every node is brought back and the cluster waited for until it is healthy;
+5. every node is brought back and the cluster waited for until it is healthy (``Nemesis.healthy``: every broker
+   agrees, so that no broker still on its image from before a network partition is believed);
 6. the producers stop (their pending sends end as ok or unknown), the end offsets are read, and the readers
-   (and the group) drain to them;
+   (and the group) drain to them, and at least past every acknowledged write (:func:`drain_targets`);
 7. the checkers run over the history; ``history.jsonl``, ``summary.json`` and ``report.txt`` are written to
    ``out_dir``.
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 from chaos.backends import Backend
 from chaos.checker import Anomaly, check
 from chaos.faults import Episode, Nemesis, Timing, plan_schedule
-from chaos.history import History, Op
+from chaos.history import OK, History, Op
 from chaos.report import render, summarize
 from chaos.workload import Workload, WorkloadConfig, group_support
 from controller.configs import ControllerConfig
@@ -176,19 +177,43 @@ def _final(count: int) -> Episode:
 
 def _finish(config: RunConfig, workload: Workload, history: History, admin: Admin, topic: str,
             problems: list[str], out: Callable[[str], None]) -> None:  # fmt: skip
-    """Stop the producers, read the end offsets, drain the consumers to them."""
+    """Stop the producers, read the end offsets, drain the consumers to them (and at least past every
+    acknowledged write: :func:`drain_targets`)."""
     workload.stop_producers(timeout_s=60.0)
-    targets = end_offsets(admin, topic, config.partitions, 30.0)
-    history.add("phase", "runner", history.now(), info={"name": "drain", "targets": targets})
+    listed = end_offsets(admin, topic, config.partitions, 30.0)
+    acknowledged = acknowledged_ends(history.ops())
+    targets = None if listed is None else drain_targets(listed, acknowledged)
+    history.add("phase", "runner", history.now(), info={"name": "drain", "targets": targets, "listed": listed,
+                                                         "acknowledged": acknowledged})  # fmt: skip
     if targets is None:
         problems.append("could not read the end offsets for the drain")
         return
     out(f"[{history.now():8.2f}s] faults over; draining the consumers to {sum(targets.values())} records")
+    if targets != listed:
+        out(f"note: the end offsets listed {listed} are below the acknowledged writes {acknowledged}; "
+            f"draining to {targets}")  # fmt: skip
     workload.drain(targets)
     if not wait_for(workload.drained, config.drain_timeout_s):
         problems.append(f"the consumers did not reach the end offsets within {config.drain_timeout_s:.0f} s: "
                         f"{workload.progress.lagging(workload.drain_keys())}")  # fmt: skip
     history.add("phase", "runner", history.now(), info={"name": "end"})
+
+
+def acknowledged_ends(ops: Iterable[Op]) -> dict[int, int]:
+    """Partition -> one past the highest offset a send was acknowledged at."""
+    ends: dict[int, int] = {}
+    for op in ops:
+        if op.kind == "send" and op.outcome == OK and op.partition is not None and op.offset is not None:
+            ends[op.partition] = max(ends.get(op.partition, 0), op.offset + 1)
+    return dict(sorted(ends.items()))
+
+
+def drain_targets(listed: Mapping[int, int], acknowledged: Mapping[int, int]) -> dict[int, int]:
+    """Where the consumers must read to: per partition, the listed end offset, or past the last acknowledged
+    write when that is further. The listing alone can be short: a new leader's high watermark may lag the
+    offsets acknowledged before it took over, and a broker still on the metadata image it had before a
+    network partition answers as the leader it was (the consumers would stop before writes they must read)."""
+    return {p: max(end, acknowledged.get(p, 0)) for p, end in listed.items()}
 
 
 def _conclude(config: RunConfig, ops: list[Op], problems: list[str], notes: list[str],

@@ -26,7 +26,6 @@ import logging
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,24 +33,13 @@ import time
 from collections.abc import Sequence
 from typing import IO, Any
 
+from controller.ports import free_ports as free_ports  # reserved across processes (controller.ports)
 from controller.raft.errors import NotActiveError
 from controller.raft.quorum import MetadataQuorum
 from controller.raft.state import NeedsSnapshot
 from controller.raft.tuning import QuorumTuning, load_cluster_secret
 
 MARKER_PREFIX = b"LC "
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel just handed out on 127.0.0.1 (free unless someone grabs them meanwhile)."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def concat_fold(snapshot: bytes | None, snapshot_end_offset: int, payloads: list[bytes]) -> bytes:

@@ -13,7 +13,7 @@ produce). Here:
   event they wait for completes from whatever thread it happens on. A waiting call holds a coroutine, not
   a thread.
 
-Admission (STYLE.md §8, every request has a maximum): ``maximum_concurrent_rpcs`` bounds the calls in
+Admission (docs/CONVENTIONS.md §8, every request has a maximum): ``maximum_concurrent_rpcs`` bounds the calls in
 progress (beyond it gRPC answers RESOURCE_EXHAUSTED at once); the services leave room in it for their
 waiting long polls, which they bound separately (the purgatory's ``max_operations``, the controller's
 waiting FetchMetadata), so long polls alone can never fill it.
@@ -80,6 +80,7 @@ class RpcServer:
         except BaseException:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(_START_TIMEOUT_S)
+            self._close_loop()
             self.pool.shutdown(wait=False)
             raise
 
@@ -107,6 +108,7 @@ class RpcServer:
         """Stop accepting calls, give those in progress ``grace_s`` to finish, then cancel them; the event
         is set once the loop and the pool are done (safe to call twice)."""
         if self._stopped.is_set() or not self._thread.is_alive():
+            self._close_loop()  # never started (or already stopped)
             self._stopped.set()
             return self._stopped
         threading.Thread(target=self._stop, args=(grace_s,), name=f"{self.name}-stop", daemon=True).start()
@@ -122,5 +124,11 @@ class RpcServer:
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5.0)
+            self._close_loop()
             self.pool.shutdown(wait=False, cancel_futures=True)
             self._stopped.set()
+
+    def _close_loop(self) -> None:
+        """Close the event loop (its selector and self-pipe) once its thread has stopped running it."""
+        if not self._thread.is_alive() and not self._loop.is_closed():
+            self._loop.close()

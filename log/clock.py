@@ -1,4 +1,4 @@
-"""Time as an injected dependency (STYLE.md §2).
+"""Time as an injected dependency (docs/CONVENTIONS.md §2).
 
 Cores take a :class:`Clock`; production code passes :class:`SystemClock`, tests and simulations pass
 :class:`ManualClock` and move it by hand. Nothing in a core calls ``time`` itself.

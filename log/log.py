@@ -55,9 +55,11 @@ from log.errors import OffsetOutOfRangeError, StorageError
 from log.flush_stats import report_flush
 from log.logdir import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, load_segments, prepare_directory, read_offsets
 from log.policy import MAX_RELATIVE_OFFSET, SegmentInfo, flush_due, retention_count, roll_reason
+from log.record.control import read_marker
 from log.record.header import BASE_OFFSET
 from log.record.validator import RecordPolicy
 from log.segment import Segment
+from log.txn_index import AbortedTxn
 
 __all__ = ["AppendInfo", "FetchData", "Log", "SegmentInfo"]
 
@@ -266,6 +268,18 @@ class Log:
             prepared = prepare_leader_append(validated, self._log_end_offset, leader_epoch, append_time)
             return self._append(prepared, now)
 
+    def append_marker(self, batch: bytes, *, leader_epoch: int = -1) -> AppendInfo:
+        """Leader append of one transaction marker (a control batch the broker built for the transaction
+        coordinator's WriteTxnMarkers; never a client's batch, which :meth:`validate` refuses if control)."""
+        header, _ = read_marker(batch)  # header, CRC, exactly one well-formed marker record
+        with self._lock:
+            self._ensure_open()
+            now = self._clock.time_ms()
+            append_time = now if self._config.log_append_time else None
+            validated = ValidatedAppend(as_bytes_view(batch), ((0, header, header.max_timestamp),), self._config)
+            prepared = prepare_leader_append(validated, self._log_end_offset, leader_epoch, append_time)
+            return self._append(prepared, now)
+
     def append_as_follower(self, batch: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches that already carry offsets and epochs (replication); keeps both as they are.
 
@@ -417,6 +431,54 @@ class Log:
                     if found is not None:
                         return found
             return None
+
+    # --------------------------------------------------------------------------- transactions
+
+    def append_aborted(self, aborted: AbortedTxn) -> bool:
+        """Index an aborted transaction whose ABORT marker (at ``aborted.last_offset``) is in the log, in the
+        ``.txnindex`` of the segment holding the marker; a marker indexed already (a replay) is skipped.
+        Returns whether an entry was added."""
+        with self._lock:
+            self._ensure_open()
+            if not self._log_start_offset <= aborted.last_offset < self._log_end_offset:
+                raise ValueError(f"marker offset {aborted.last_offset} of {aborted} is not in the log")
+            segment = self._segments[self._segment_index(aborted.last_offset)]
+            if segment.txn_index.last_offset >= aborted.last_offset:
+                return False
+            try:
+                segment.txn_index.append(aborted)
+            except OSError as e:
+                raise StorageError(f"cannot append to {segment.txn_index.path}: {e}") from e
+            return True
+
+    def collect_aborted(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions a read of ``[fetch_offset, upper_bound)`` must be told about (Kafka's
+        ``collectAbortedTransactions``): from the segment holding ``fetch_offset`` on, until an entry's last
+        stable offset says no later segment can add one."""
+        with self._lock:
+            self._ensure_open()
+            found: list[AbortedTxn] = []
+            start = max(self._segment_index(fetch_offset), 0)
+            for segment in self._segments[start:]:  # a marker may lie far past upper_bound: no early stop
+                entries, complete = segment.txn_index.collect(fetch_offset, upper_bound)
+                found.extend(entries)
+                if complete:
+                    break
+            return found
+
+    def first_aborted_offset(self) -> int | None:
+        """The first offset of the earliest aborted transaction still in the log (the cleaner stops there)."""
+        with self._lock:
+            firsts = [e.first_offset for s in self._segments for e in s.txn_index.entries]
+            return min(firsts) if firsts else None
+
+    def flush_txn_indexes(self) -> None:
+        """fsync the aborted-transaction indexes (before a producer-state snapshot vouches for them)."""
+        with self._lock:
+            self._ensure_open()
+            for segment in self._segments:
+                if len(segment.txn_index):
+                    segment.txn_index.flush()
 
     # ------------------------------------------------------------------------------- retention
 
@@ -609,7 +671,7 @@ class Log:
             raise StorageError(f"log {self._dir} is closed")
 
     def _check_invariants(self, full: bool = False) -> None:
-        """STYLE.md §8: offsets never go back, the start stays below the end, segments stay ordered."""
+        """docs/CONVENTIONS.md §8: offsets never go back, the start stays below the end, segments stay ordered."""
         active = self._segments[-1]
         assert self._bases[0] <= self._log_start_offset <= self._log_end_offset, (
             f"need first segment {self._bases[0]} <= log start {self._log_start_offset} "

@@ -3,7 +3,8 @@
 Files of one partition directory::
 
     name                                   what
-    <B:020d>.log, .index, .timeindex       the segment whose base offset is B (log.segment)
+    <B:020d>.log, .index, .timeindex,      the segment whose base offset is B (log.segment)
+    .txnindex
     offsets.checkpoint                     recovery point and log start offset (log.checkpoint format)
     clean-shutdown                         marker written by Log.close(), removed by Log.open()
     *.deleted                              a file whose deletion was interrupted: removed
@@ -14,7 +15,7 @@ Files of one partition directory::
                                            renamed to <B:020d>.log and its indexes are rebuilt)
     <B:020d>.index.swap, .timeindex.swap   removed (indexes are rebuilt from the .log)
     *.tmp                                  an interrupted atomic write: removed
-    .index / .timeindex without a .log     orphans of an interrupted segment deletion: removed
+    .index / .timeindex / .txnindex        orphans of an interrupted segment deletion: removed
 
 Anything else is left alone. :func:`prepare_directory` runs at open, before :func:`load_segments` opens the
 segments (recovering the unflushed ones).
@@ -32,7 +33,15 @@ from log.checkpoint import TMP_SUFFIX, fsync_dir, read_checkpoint
 from log.config import LogConfig
 from log.errors import StorageError
 from log.recovery import PrefixScan
-from log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, file_stem, parse_base_offset
+from log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    Segment,
+    file_stem,
+    parse_base_offset,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +50,7 @@ CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 def prepare_directory(directory: Path) -> list[int]:
@@ -62,7 +71,7 @@ def prepare_directory(directory: Path) -> list[int]:
             bases.add(base)
     for path in sorted(directory.iterdir()):
         base = parse_base_offset(path.name)
-        if base is not None and path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and base not in bases:
+        if base is not None and path.suffix in _SEGMENT_SUFFIXES[1:] and base not in bases:
             logger.info("removing orphan index %s", path)
             path.unlink()
             changed = True
@@ -146,7 +155,7 @@ def _delete_segment_files(directory: Path, bases: Iterable[int]) -> None:
     deleted = False
     for base in bases:
         logger.warning("%s: deleting segment %d after a recovery cut", directory, base)
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in _SEGMENT_SUFFIXES:
             (directory / (file_stem(base) + suffix)).unlink(missing_ok=True)
         deleted = True
     if deleted:

@@ -8,8 +8,9 @@ Sequence rules (Kafka's ``ProducerAppendInfo.checkProducerEpoch`` / ``checkSeque
 leader for each batch with ``producerId >= 0``, before anything is written; the tests in
 ``tests/log/test_producer_state.py`` and ``tests/idempotence/test_sequence_model.py`` cite them:
 
-* S1. ``producerEpoch`` and ``baseSequence`` must be set (>= 0), and the batch must not be transactional
-  or a control batch (transactions are not supported): else INVALID_RECORD.
+* S1. ``producerEpoch`` and ``baseSequence`` must be set (>= 0), and the batch must not be a control batch
+  (markers are written by the transaction coordinator's WriteTxnMarkers only, :meth:`ProducerStateManager.
+  check_marker`): else INVALID_RECORD.
 * S2. An epoch older than the producer's current one: INVALID_PRODUCER_EPOCH.
 * S3. A producer id without state: the batch must start at sequence 0, else UNKNOWN_PRODUCER_ID.
 * S4. A newer epoch starts over: its first batch must start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER.
@@ -32,6 +33,22 @@ leader for each batch with ``producerId >= 0``, before anything is written; the 
   batches before it would make it acceptable: they may still be on their way, and a leader may hold it
   until they are written (``replication.partition``, bounded). Anything else refused is final.
 
+Transactions (docs/TRANSACTIONS.md; the partition's open transactions and LSO are :mod:`log.transactions`'s
+rules L1-L6, kept here in :attr:`ProducerStateManager.transactions`):
+
+* S10. A non-transactional batch of a producer whose transaction is open on this partition:
+  INVALID_TXN_STATE (Kafka's rule).
+* S11. A transactional batch that would open a transaction here (its producer has none open) must come with
+  its producer's *verification guard* (KIP-890 part 1): :meth:`ProducerStateManager.begin_verification`
+  hands one out before the leader asks the transaction coordinator whether the partition is in the producer's
+  ongoing transaction; the append passes it back. A marker of the producer, or a guard handed out since,
+  voids it, so an append verified before an abort but written after its marker is refused
+  (INVALID_TXN_STATE) instead of opening a transaction nobody will end.
+* S12. A marker (L2): not from an older coordinator epoch than the last seen for its producer
+  (TRANSACTION_COORDINATOR_FENCED), not of an older producer epoch (PRODUCER_FENCED). A marker of a newer
+  epoch (a fence's abort) moves the producer to it: its next batch starts at sequence 0 (S4), and batches of
+  the older epoch are fenced (S2).
+
 Updates (:meth:`ProducerStateManager.update`) replay written batches, as leader after the append, as
 follower from replicated batches and at recovery from the log tail, so every replica ends up with the
 same producers and sequences for the same log. Each update carries the time to stamp the entry with: the
@@ -41,7 +58,9 @@ the future would keep an entry forever). Two replicas' expiries differ by their 
 
 * S9. At most ``max_entries`` producers are kept (``producer.id.max.per.partition``; not Kafka's, which keeps
   every producer until it expires): a new producer beyond it evicts the one written to longest ago. Its next
-  batch, if it ever comes, is UNKNOWN_PRODUCER_ID (S3), which an idempotent producer recovers from.
+  batch, if it ever comes, is UNKNOWN_PRODUCER_ID (S3), which an idempotent producer recovers from. A producer
+  whose transaction is open is never evicted nor expired (L6): the bound may then be exceeded, with a
+  warning, until the transaction ends.
 
 Thread-safety: none; the owning partition calls it under its own lock.
 """
@@ -54,7 +73,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from log.errors import InvalidRecordError, LogError
+from log.record.control import EndTransactionMarker
 from log.record.header import NO_PRODUCER_ID, BatchHeader
+from log.transactions import TransactionTracker
+from log.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +93,10 @@ class OutOfOrderSequenceError(LogError):
 
 class InvalidProducerEpochError(LogError):
     code = "INVALID_PRODUCER_EPOCH"
+
+
+class InvalidTxnStateError(LogError):
+    code = "INVALID_TXN_STATE"
 
 
 class UnknownProducerIdError(LogError):
@@ -158,11 +184,18 @@ class ProducerStateManager:
     """
 
     def __init__(
-        self, entries: Iterable[ProducerEntry] = (), map_end_offset: int = 0, max_entries: int = DEFAULT_MAX_ENTRIES
+        self,
+        entries: Iterable[ProducerEntry] = (),
+        map_end_offset: int = 0,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        transactions: TransactionTracker | None = None,
     ) -> None:
         self._entries: dict[int, ProducerEntry] = {e.producer_id: e for e in entries}
         self.map_end_offset = map_end_offset
         self.max_entries = max_entries  # S9
+        self.transactions = TransactionTracker() if transactions is None else transactions  # L1-L6
+        self._guards: dict[int, tuple[int, int]] = {}  # S11: producer id -> (epoch, token)
+        self._next_token = 1
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -179,17 +212,21 @@ class ProducerStateManager:
 
     # ------------------------------------------------------------------------------------ leader
 
-    def check_append(self, headers: list[BatchHeader]) -> AppendCheck:
-        """Rules S1-S7 for the batches of one append, in order; raises the rule's error (nothing changes).
+    def check_append(self, headers: list[BatchHeader], verified: Mapping[int, int] | None = None) -> AppendCheck:
+        """Rules S1-S7, S10, S11 for the batches of one append, in order; raises the rule's error (nothing
+        changes). ``verified``: producer id -> the verification guard its leader obtained (S11).
 
         Returns a duplicate verdict when the append is exactly one batch that was written before (S5).
         """
         pending: dict[int, ProducerEntry] = {}  # S7: what this append would change, nothing shared
         seen: set[int] = set()
+        opened: set[int] = set()  # producers whose transaction this append opens (S11)
         duplicates = 0
         for i, header in enumerate(headers):
             pid = header.producer_id
             if pid == NO_PRODUCER_ID:
+                if header.is_transactional:
+                    raise InvalidRecordError(f"batch {i} of the append is transactional without a producer id")
                 continue
             _check_fields(i, header)
             first = pid not in seen  # S8: the producer's first batch in this append
@@ -198,6 +235,9 @@ class ProducerStateManager:
             if _check_sequence(i, header, entry, first) is not None:
                 duplicates += 1
                 continue
+            self._check_transaction(i, header, pid in opened, verified)
+            if header.is_transactional:
+                opened.add(pid)
             # Offsets are not known before the append; the tentative entry only carries sequences.
             fresh = ProducerEntry(pid, header.producer_epoch, (), 0) if entry is None else entry
             meta = batch_metadata(header, NO_OFFSET, header.max_timestamp)
@@ -212,6 +252,54 @@ class ProducerStateManager:
             )
         return AppendCheck(whole)
 
+    def _check_transaction(
+        self, i: int, header: BatchHeader, opened_here: bool, verified: Mapping[int, int] | None
+    ) -> None:
+        """S10, S11 for one (non-duplicate) batch."""
+        pid = header.producer_id
+        is_open = opened_here or self.transactions.open_transaction(pid) is not None
+        if not header.is_transactional:
+            if is_open:
+                raise InvalidTxnStateError(
+                    f"batch {i}: producer {pid} has a transaction open on this partition but sent a "
+                    "non-transactional batch"
+                )
+            return
+        if is_open:
+            return
+        guard = self._guards.get(pid)
+        token = None if verified is None else verified.get(pid)
+        if guard is None or token is None or guard != (header.producer_epoch, token):
+            raise InvalidTxnStateError(
+                f"batch {i}: producer {pid} epoch {header.producer_epoch} has no verified transaction on this "
+                "partition (AddPartitionsToTxn first; or its transaction ended meanwhile)"
+            )
+
+    def needs_verification(self, headers: Iterable[BatchHeader]) -> list[tuple[int, int]]:
+        """S11: ``(producer id, epoch)`` of the transactional batches that would open a transaction here."""
+        found: dict[int, int] = {}
+        for header in headers:
+            pid = header.producer_id
+            if header.is_transactional and pid >= 0 and self.transactions.open_transaction(pid) is None:
+                found.setdefault(pid, header.producer_epoch)
+        return list(found.items())
+
+    def begin_verification(self, producer_id: int, producer_epoch: int) -> int:
+        """S11: a new guard for the producer (voiding any older one); pass it back with the append."""
+        token = self._next_token
+        self._next_token += 1
+        self._guards.pop(producer_id, None)
+        self._guards[producer_id] = (producer_epoch, token)
+        while len(self._guards) > 2 * self.max_entries:  # bounded: the oldest guard goes
+            del self._guards[next(iter(self._guards))]
+        return token
+
+    def check_marker(self, producer_id: int, producer_epoch: int, marker: EndTransactionMarker) -> None:
+        """S12 for a marker about to be written (raises its error; nothing changes)."""
+        entry = self._entries.get(producer_id)
+        current = -1 if entry is None else entry.producer_epoch
+        self.transactions.check_marker(producer_id, producer_epoch, marker, current)
+
     def _whole_duplicate(self, headers: list[BatchHeader]) -> BatchMetadata | None:
         """S5 for an append of several batches: one producer, contiguous sequences, all inside one run."""
         first, last = headers[0], headers[-1]
@@ -225,13 +313,24 @@ class ProducerStateManager:
 
     # ----------------------------------------------------------------------------------- updates
 
-    def update(self, header: BatchHeader, first_offset: int, timestamp_ms: int | None = None) -> None:
+    def update(
+        self,
+        header: BatchHeader,
+        first_offset: int,
+        timestamp_ms: int | None = None,
+        marker: EndTransactionMarker | None = None,
+    ) -> AbortedTxn | None:
         """Reflect a written batch (leader after its append, follower, recovery). No checks: the log is the
-        truth. A batch of an epoch older than the entry's is ignored (it cannot be written by a leader)."""
+        truth. A batch of an epoch older than the entry's is ignored (it cannot be written by a leader). A
+        control batch comes with its ``marker``; an ABORT returns the entry for the aborted-transaction index."""
         end = first_offset + header.last_offset_delta + 1
         pid = header.producer_id
-        if pid != NO_PRODUCER_ID and header.producer_epoch >= 0 and header.base_sequence >= 0:
-            stamp = header.max_timestamp if timestamp_ms is None else timestamp_ms
+        stamp = header.max_timestamp if timestamp_ms is None else timestamp_ms
+        aborted = None
+        if header.is_control:
+            if marker is not None and pid != NO_PRODUCER_ID and header.producer_epoch >= 0:
+                aborted = self._update_marker(header, first_offset, marker, stamp)
+        elif pid != NO_PRODUCER_ID and header.producer_epoch >= 0 and header.base_sequence >= 0:
             meta = batch_metadata(header, first_offset, stamp)
             entry = self._entries.pop(pid, None)  # re-inserted last: the dict's order is least recently written
             if entry is None:
@@ -241,41 +340,82 @@ class ProducerStateManager:
                 self._entries[pid] = entry.with_batch(header.producer_epoch, meta)
             else:
                 self._entries[pid] = entry
+            if header.is_transactional and self.transactions.open_transaction(pid) is None:
+                self._guards.pop(pid, None)  # S11: used
+            self.transactions.on_batch(header, first_offset)
         self.map_end_offset = max(self.map_end_offset, end)
+        return aborted
+
+    def _update_marker(
+        self, header: BatchHeader, offset: int, marker: EndTransactionMarker, stamp: int
+    ) -> AbortedTxn | None:
+        """L1, L4, S12: the producer's transaction is closed; a newer epoch starts over."""
+        pid = header.producer_id
+        _, aborted = self.transactions.on_marker(pid, marker, offset)
+        self._guards.pop(pid, None)  # S11: a verification from before the marker is void
+        entry = self._entries.pop(pid, None)
+        if entry is None or header.producer_epoch > entry.producer_epoch:
+            last = stamp if entry is None else max(entry.last_timestamp_ms, stamp)
+            entry = ProducerEntry(pid, header.producer_epoch, (), last)
+        else:
+            entry = ProducerEntry(pid, entry.producer_epoch, entry.batches, max(entry.last_timestamp_ms, stamp))
+        self._entries[pid] = entry
+        self._evict_beyond_bound()
+        return aborted
+
+    def update_high_watermark(self, high_watermark: int) -> None:
+        """L3."""
+        self.transactions.update_high_watermark(high_watermark)
 
     def _evict_beyond_bound(self) -> None:
         """S9: beyond ``max_entries`` the producers written to longest ago go first."""
         while len(self._entries) > self.max_entries:
-            gone = next(iter(self._entries))
+            gone = next((pid for pid in self._entries if self.transactions.open_transaction(pid) is None), None)
+            if gone is None:  # L6: every producer has a transaction open here
+                logger.warning("%d producers on one partition, all in a transaction: above "
+                               "producer.id.max.per.partition (%d) until one ends", len(self._entries),
+                               self.max_entries)  # fmt: skip
+                return
             del self._entries[gone]
+            self.transactions.expire_producer(gone)
             logger.warning("more than %d producers on one partition: forgetting producer %d, written to longest "
                            "ago (producer.id.max.per.partition)", self.max_entries, gone)  # fmt: skip
 
     def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Drop the producers whose last batch is ``expiration_ms`` old (``producer.id.expiration.ms``)."""
-        gone = [pid for pid, e in self._entries.items() if now_ms - e.last_timestamp_ms >= expiration_ms]
+        gone = [
+            pid
+            for pid, e in self._entries.items()
+            if now_ms - e.last_timestamp_ms >= expiration_ms and self.transactions.open_transaction(pid) is None
+        ]
         for pid in gone:
             del self._entries[pid]
+            self.transactions.expire_producer(pid)
         return gone
 
-    def truncate_and_reload(self, entries: Iterable[ProducerEntry], map_end_offset: int) -> None:
-        """Start again from a snapshot (after a truncation or at recovery)."""
+    def truncate_and_reload(
+        self, entries: Iterable[ProducerEntry], map_end_offset: int, transactions: TransactionTracker | None = None
+    ) -> None:
+        """Start again from a snapshot (after a truncation or at recovery): its producers and their open
+        transactions and coordinator epochs."""
         ordered = sorted(entries, key=lambda e: e.last_timestamp_ms)  # least recently written first (S9)
         self._entries = {e.producer_id: e for e in ordered}
+        self.transactions = TransactionTracker() if transactions is None else transactions
+        self._guards.clear()
         self._evict_beyond_bound()
         self.map_end_offset = map_end_offset
 
 
 def _check_fields(i: int, header: BatchHeader) -> None:
     """S1."""
+    if header.is_control:
+        raise InvalidRecordError(
+            f"batch {i} of the append is a control batch: only the transaction coordinator writes markers"
+        )
     if header.producer_epoch < 0 or header.base_sequence < 0:
         raise InvalidRecordError(
             f"batch {i} of the append has producer id {header.producer_id} but producer epoch "
             f"{header.producer_epoch} and base sequence {header.base_sequence}; both must be >= 0"
-        )
-    if header.is_transactional or header.is_control:
-        raise InvalidRecordError(
-            f"batch {i} of the append is transactional or a control batch; transactions are not supported"
         )
 
 

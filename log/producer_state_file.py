@@ -4,7 +4,7 @@ A snapshot ``<offset:020d>.snapshot`` in the partition directory holds the produ
 summarize every batch below ``offset`` (Kafka's ``<offset>.snapshot`` files). Layout (big-endian)::
 
     header   SNAPSHOT_HEADER
-             u16  version            1
+             u16  version            2 (1: without the two transaction fields, still read)
              u32  crc                CRC-32C of every byte after this field
              i32  entry count
     entry    ENTRY, one per producer, by producer id
@@ -12,6 +12,8 @@ summarize every batch below ``offset`` (Kafka's ``<offset>.snapshot`` files). La
              i16  producer epoch
              i64  last timestamp     ms, what expiration compares
              u8   batch count        at most 5
+             i64  current txn first offset   first offset of its open transaction here, -1 none (v2)
+             i32  coordinator epoch  of the last marker written for it, -1 none (v2)
     batch    BATCH, ``batch count`` of them after their entry, oldest first
              i32  first sequence
              i32  last sequence
@@ -21,9 +23,12 @@ summarize every batch below ``offset`` (Kafka's ``<offset>.snapshot`` files). La
 
 When (Kafka's rules): the partition writes one when the log rolls a segment and when it closes; on open it
 loads the newest snapshot at or below the log end offset and replays the batch headers from there to the
-log end (records are never decoded). Snapshots beyond the log end (after a crash or a truncation) are
-deleted; only the newest :data:`SNAPSHOTS_KEPT` are kept. A snapshot that fails its CRC is skipped (the
-next older one is used, else the whole log is replayed). Writes are atomic (``.tmp``, fsync, rename).
+log end (records are never decoded, but for the one record of a transaction marker). The replay also adds the
+aborted transactions of the markers it meets to the ``.txnindex`` files, where a crash left them out; the
+indexes are fsynced before a snapshot is written, so every entry below a snapshot's offset is on disk.
+Snapshots beyond the log end (after a crash or a truncation) are deleted; only the newest
+:data:`SNAPSHOTS_KEPT` are kept. A snapshot that fails its CRC is skipped (the next older one is used, else
+the whole log is replayed). Writes are atomic (``.tmp``, fsync, rename).
 """
 
 from __future__ import annotations
@@ -44,14 +49,16 @@ from log.producer_state import (
     ProducerEntry,
     ProducerStateManager,
 )
+from log.record.control import read_marker
 from log.record.header import iter_batches
 from log.segment import file_stem, parse_base_offset
+from log.transactions import OpenTxn, TransactionTracker
 
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOTS_KEPT = 2
-VERSION = 1
+VERSION = 2
 SNAPSHOT_HEADER = struct.Struct(
     ">"
     "H"  # version
@@ -64,6 +71,11 @@ ENTRY = struct.Struct(
     "h"  # producer epoch
     "q"  # last timestamp
     "B"  # batch count
+)
+TXN_FIELDS = struct.Struct(
+    ">"
+    "q"  # current txn first offset
+    "i"  # coordinator epoch
 )
 BATCH = struct.Struct(
     ">"
@@ -79,10 +91,13 @@ _REPLAY_CHUNK_BYTES = 1 << 20
 # ------------------------------------------------------------------------------------------ codec
 
 
-def encode(entries: list[ProducerEntry]) -> bytes:
+def encode(entries: list[ProducerEntry], transactions: TransactionTracker | None = None) -> bytes:
     body = bytearray(struct.pack(">i", len(entries)))
     for e in entries:
         body += ENTRY.pack(e.producer_id, e.producer_epoch, e.last_timestamp_ms, len(e.batches))
+        txn = None if transactions is None else transactions.open_transaction(e.producer_id)
+        epoch = -1 if transactions is None else transactions.coordinator_epoch(e.producer_id)
+        body += TXN_FIELDS.pack(-1 if txn is None else txn.first_offset, epoch)
         for b in e.batches:
             body += BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset - b.first_offset, b.timestamp_ms)
     crc = crc32c(bytes(body))
@@ -91,19 +106,33 @@ def encode(entries: list[ProducerEntry]) -> bytes:
 
 def decode(data: bytes, name: str = "snapshot") -> list[ProducerEntry]:
     """The entries of a snapshot; :class:`StorageError` naming what is wrong with a bad one."""
+    return decode_with_transactions(data, name)[0]
+
+
+def decode_with_transactions(data: bytes, name: str = "snapshot") -> tuple[list[ProducerEntry], TransactionTracker]:
+    """The entries of a snapshot and its producers' open transactions and coordinator epochs."""
     if len(data) < SNAPSHOT_HEADER.size:
         raise StorageError(f"{name}: truncated producer-state snapshot ({len(data)} bytes)")
     version, crc, count = SNAPSHOT_HEADER.unpack_from(data, 0)
-    if version != VERSION:
+    if version not in (1, VERSION):
         raise StorageError(f"{name}: unsupported producer-state snapshot version {version}")
     if crc32c(data[6:]) != crc:
         raise StorageError(f"{name}: producer-state snapshot fails its CRC")
     entries: list[ProducerEntry] = []
+    open_txns: list[OpenTxn] = []
+    epochs: dict[int, int] = {}
     pos = SNAPSHOT_HEADER.size
     try:
         for _ in range(count):
             pid, epoch, last_ts, n = ENTRY.unpack_from(data, pos)
             pos += ENTRY.size
+            if version >= 2:
+                txn_first, coordinator_epoch = TXN_FIELDS.unpack_from(data, pos)
+                pos += TXN_FIELDS.size
+                if txn_first >= 0:
+                    open_txns.append(OpenTxn(pid, epoch, txn_first, txn_first))
+                if coordinator_epoch >= 0:
+                    epochs[pid] = coordinator_epoch
             if n > MAX_BATCHES_PER_PRODUCER:
                 raise StorageError(f"{name}: producer {pid} has {n} batches, more than {MAX_BATCHES_PER_PRODUCER}")
             batches = []
@@ -116,7 +145,7 @@ def decode(data: bytes, name: str = "snapshot") -> list[ProducerEntry]:
         raise StorageError(f"{name}: truncated producer-state snapshot: {e}") from None
     if pos != len(data):
         raise StorageError(f"{name}: {len(data) - pos} trailing bytes in the producer-state snapshot")
-    return entries
+    return entries, TransactionTracker(open_txns, epochs)
 
 
 # ------------------------------------------------------------------------------------------ files
@@ -139,7 +168,7 @@ def list_snapshots(directory: Path) -> list[int]:
 def write_snapshot(directory: Path, state: ProducerStateManager) -> int:
     """Write the state as ``<map_end_offset>.snapshot`` (atomically), drop older surplus ones; the offset."""
     offset = state.map_end_offset
-    write_atomically(snapshot_path(directory, offset), encode(list(state)))
+    write_atomically(snapshot_path(directory, offset), encode(list(state), state.transactions))
     try:
         for old in list_snapshots(directory)[:-SNAPSHOTS_KEPT]:
             snapshot_path(directory, old).unlink(missing_ok=True)
@@ -178,15 +207,17 @@ def reload_to(log: Log, state: ProducerStateManager, now_ms: int | None = None) 
     delete_snapshots_above(log.dir, end)
     start_from = log.log_start_offset
     entries: list[ProducerEntry] = []
+    transactions = None
     for offset in reversed(list_snapshots(log.dir)):
+        path = snapshot_path(log.dir, offset)
         try:
-            entries = decode(snapshot_path(log.dir, offset).read_bytes(), str(snapshot_path(log.dir, offset)))
+            entries, transactions = decode_with_transactions(path.read_bytes(), str(path))
         except (OSError, StorageError) as e:
             logger.warning("%s: skipping producer-state snapshot %d: %s", log.dir, offset, e)
             continue
         start_from = max(offset, log.log_start_offset)
         break
-    state.truncate_and_reload(entries, start_from)
+    state.truncate_and_reload(entries, start_from, transactions)
     replay(log, state, start_from, now_ms)
 
 
@@ -200,9 +231,14 @@ def replay(log: Log, state: ProducerStateManager, from_offset: int, now_ms: int 
         if not chunk:
             break
         before = offset
-        for _, header in iter_batches(chunk, validate=False):
+        for pos, header in iter_batches(chunk, validate=False):
             if header.next_offset > offset:
-                state.update(header, header.base_offset, now_ms)
+                if pos + header.size_bytes > len(chunk):
+                    break  # a batch cut by the chunk's size: read again from it
+                marker = read_marker(chunk, pos)[1] if header.is_control and header.is_transactional else None
+                aborted = state.update(header, header.base_offset, now_ms, marker)
+                if aborted is not None:
+                    log.append_aborted(aborted)  # skipped when the index has it already
                 count += 1
                 offset = header.next_offset
         if offset == before:  # no batch moved on: a malformed header (the log's recovery cuts such a tail)
@@ -216,6 +252,7 @@ def take_snapshot(log: Log, state: ProducerStateManager) -> int | None:
     """:func:`write_snapshot` for the log's directory; a disk error is logged, not raised: the snapshot only
     shortens recovery (the log tail is replayed from an older one), and the append it follows is done."""
     try:
+        log.flush_txn_indexes()  # what the snapshot summarizes is indexed on disk (see the module docstring)
         return write_snapshot(log.dir, state)
     except StorageError as e:
         logger.error("%s: %s", log.dir, e)

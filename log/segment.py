@@ -6,6 +6,10 @@ Files of a segment whose first offset is B, in the partition directory::
     <B:020d>.log            RecordBatch v2 batches back to back (layout in log.record.header)
     <B:020d>.index          offset index entries, 8 bytes each (layout in log.index)
     <B:020d>.timeindex      time index entries, 12 bytes each (layout in log.index)
+    <B:020d>.txnindex       aborted transactions, 34 bytes each (layout in log.txn_index); only once the
+                            segment holds an ABORT marker. Entries are added by the log's owner, which knows
+                            the transactions (``replication.unified_log``); the segment loads, truncates,
+                            flushes and deletes the file with its own.
 
 Every batch in the segment has a base offset >= B and a last offset < B + 2**31. Writes go to the
 end of the .log at the segment's known size (``pwritev`` of the patched header and the unchanged
@@ -48,12 +52,14 @@ from log.record.header import (
 )
 from log.record.reader import read_batch
 from log.recovery import PrefixScan
+from log.txn_index import TransactionIndex
 
 logger = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"  # log.txn_index
 NO_TIMESTAMP = -1
 _WINDOW_BYTES = 16 * 1024  # a few index intervals of small batches; 1.5% extra on a 1 MiB batch
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
@@ -163,9 +169,11 @@ class Segment:
         self._indexes_existed = index_path.exists() and time_index_path.exists()
         self.offset_index = OffsetIndex(index_path, base_offset, config.segment_index_bytes)
         self.time_index = TimeIndex(time_index_path, base_offset, config.segment_index_bytes)
+        self.txn_index = TransactionIndex(stem.with_suffix(TXN_INDEX_SUFFIX + file_suffix), base_offset)
         if create:
             self.offset_index.clear()
             self.time_index.clear()
+            self.txn_index.reset()
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = -1
@@ -219,6 +227,17 @@ class Segment:
         self.time_index.load()
         self._load_tail()
         self._load_first_batch_time(now_ms)
+        self._load_txn_index()
+
+    def _load_txn_index(self) -> None:
+        """The aborted-transaction index, without the entries past the segment's end (a crash's leftovers);
+        a file that is otherwise wrong cannot be rebuilt from this segment alone: StorageError."""
+        try:
+            dropped = self.txn_index.load_within(self.next_offset)
+        except (IndexSanityError, OSError) as e:
+            raise StorageError(f"{self.txn_index.path}: {e}") from e
+        if dropped:
+            logger.warning("%s: dropped %d entries past the segment's end", self.txn_index.path, dropped)
 
     def _load_tail(self) -> None:
         """Derive next offset, max timestamp and index spacing from the indexes plus a tail scan."""
@@ -279,6 +298,7 @@ class Segment:
             os.ftruncate(self._fd, valid)
             self.size_bytes = valid
         self._load_first_batch_time(now_ms)
+        self._load_txn_index()
         return removed
 
     def _reset_state(self) -> None:
@@ -300,11 +320,13 @@ class Segment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
 
     def flush(self) -> None:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def on_become_inactive(self) -> None:
         """Record the final max timestamp in the time index (Kafka's ``onBecomeInactiveSegment``)."""
@@ -377,6 +399,7 @@ class Segment:
         self.size_bytes = position
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self._load_tail()
         if self.size_bytes == 0:
             self.first_batch_ms = None

@@ -1,7 +1,7 @@
 """The ``odradek`` command line.
 
 Every command prints errors to stderr as one clear sentence and exits non-zero; no bare tracebacks.
-Subcommands are added by the issues that build them (INTERFACE.md lists the full set).
+Subcommands are added by the issues that build them (docs/INTERFACE.md lists the full set).
 """
 
 from __future__ import annotations

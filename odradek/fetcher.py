@@ -47,6 +47,7 @@ from odradek.errors import (
     error_from_code,
 )
 from odradek.net import ClusterClient, rpc_error
+from odradek.read_committed import AbortedTransactionFilter
 from odradek.types import (
     TIMESTAMP_TYPE_CREATE_TIME,
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
@@ -59,6 +60,7 @@ from proto import broker_pb2
 logger = logging.getLogger(__name__)
 
 MAX_BUFFERED_ANSWERS = 2
+READ_COMMITTED = 1  # isolation_level
 _GENERATIONS = itertools.count()  # unique across states, so a re-assigned partition never takes an old answer
 
 
@@ -107,10 +109,17 @@ class CompletedFetch:
     Not thread-safe (the consumer's thread).
     """
 
-    __slots__ = ("tp", "_batches", "_columns", "_index", "_batch_next", "exhausted", "error")
+    __slots__ = ("tp", "_batches", "_columns", "_index", "_batch_next", "exhausted", "error", "_aborted")
 
-    def __init__(self, tp: TopicPartition, data: bytes, max_decompressed_bytes: int) -> None:
+    def __init__(
+        self,
+        tp: TopicPartition,
+        data: bytes,
+        max_decompressed_bytes: int,
+        aborted: AbortedTransactionFilter | None = None,
+    ) -> None:
         self.tp = tp
+        self._aborted = aborted  # read_committed: the batches of aborted transactions are skipped (R1-R4)
         self._batches: Iterator[tuple[BatchHeader, Columns]] = iter_batch_columns(
             data, max_decompressed_bytes=max_decompressed_bytes
         )
@@ -178,7 +187,10 @@ class CompletedFetch:
                 header, columns = batch
                 index = 0
                 self._batch_next = header.next_offset
-                if header.is_control or header.next_offset <= position:
+                skip = header.is_control
+                if self._aborted is not None:  # sees every batch, in order
+                    skip = self._aborted.skip(header, columns.keys[0] if skip and columns.keys else None)
+                if skip or header.next_offset <= position:
                     columns = _NO_COLUMNS
                     continue
                 if columns.offsets and columns.offsets[0] < position:
@@ -438,7 +450,10 @@ class Fetcher:
                 state.max_bytes = min(limit, max(state.max_bytes * 2, 1))
             return
         state.max_bytes = self._config.max_partition_fetch_bytes
-        state.buffered.append(CompletedFetch(state.tp, data, self._max_decompressed))
+        aborted = None
+        if self._isolation_level == READ_COMMITTED:
+            aborted = AbortedTransactionFilter((a.producer_id, a.first_offset) for a in answer.aborted_transactions)
+        state.buffered.append(CompletedFetch(state.tp, data, self._max_decompressed, aborted))
         if next_offset > fetch_offset:
             state.fetch_offset = next_offset
             state.last_fetched_epoch = last_epoch

@@ -45,6 +45,7 @@ from typing import Any
 
 import grpc
 
+from log import trace
 from odradek.accumulator import ProducerBatch, RecordAccumulator
 from odradek.backoff import ExponentialBackoff
 from odradek.clock import Clock
@@ -65,7 +66,7 @@ _log = logging.getLogger("odradek.producer")
 class _Request:
     """One ProduceRequest in flight: its broker and the batches it carries, by partition."""
 
-    __slots__ = ("node", "address", "batches", "sent_ms", "call")
+    __slots__ = ("node", "address", "batches", "sent_ms", "call", "sent_ns", "done_ns")
 
     def __init__(
         self, node: int, address: str, batches: dict[TopicPartition, list[ProducerBatch]], sent_ms: float = 0.0
@@ -75,6 +76,7 @@ class _Request:
         self.batches = batches
         self.sent_ms = sent_ms
         self.call: Any = None  # the gRPC future, once started
+        self.sent_ns = self.done_ns = 0  # log.trace: when the call started and when its answer came
 
 
 class Sender:
@@ -287,6 +289,8 @@ class Sender:
             timeout_ms=self._request_timeout_ms,
             topics=[broker_pb2.ProduceTopicData(name=t, partitions=p) for t, p in by_topic.items()],
         )
+        if trace.ON:
+            request.sent_ns = trace.now_ns()
         try:  # started here, on the sender thread: one broker's requests go out in the order they were drained
             call = self._client.start_ordered(target[0].Produce, message, self._request_timeout_ms / 1000)
         except Exception as exc:  # a closed channel, ...: the request failed before it left
@@ -306,6 +310,8 @@ class Sender:
 
     def _on_done(self, request: _Request, call: Any) -> None:
         """On a gRPC thread: hand the finished call over to the sender thread."""
+        if trace.ON:
+            request.done_ns = trace.now_ns()
         self._completions.append((request, call))
         self._wake.set()
 
@@ -357,6 +363,8 @@ class Sender:
                 code = p.error.code
                 if not code or code == DUPLICATE_SEQUENCE:
                     offset = p.base_offset if not code else -1
+                    if trace.ON and offset >= 0:
+                        _trace_batches(request, tp, batches, offset)
                     for batch in batches:
                         if self._acks != 0:
                             batch.complete(offset, p.log_append_time_ms)
@@ -415,3 +423,14 @@ class Sender:
             self._idempotence.on_failed(batch, type(error).__name__)
         batch.fail(error)
         self._accumulator.deallocate(batch)
+
+
+def _trace_batches(request: _Request, tp: TopicPartition, batches: Sequence[ProducerBatch], offset: int) -> None:
+    """``pb`` events (``log.trace``): per answered batch, its offsets and when it was created, when its
+    request started and answered, and when this thread took the answer (``perf_counter`` clock)."""
+    handled_ns = trace.now_ns()
+    for batch in batches:
+        count = batch.record_count
+        trace.record(handled_ns, "pb", tp.topic, tp.partition, offset, offset + count - 1,
+                     int(batch.created_ms * 1e6), request.sent_ns, request.done_ns)  # fmt: skip
+        offset += count

@@ -166,6 +166,41 @@ class BrokerStub:
                 request_serializer=proto_dot_broker__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.AddPartitionsToTxn = channel.unary_unary(
+                '/odradek.broker.Broker/AddPartitionsToTxn',
+                request_serializer=proto_dot_broker__pb2.AddPartitionsToTxnRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.AddPartitionsToTxnResponse.FromString,
+                _registered_method=True)
+        self.AddOffsetsToTxn = channel.unary_unary(
+                '/odradek.broker.Broker/AddOffsetsToTxn',
+                request_serializer=proto_dot_broker__pb2.AddOffsetsToTxnRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.AddOffsetsToTxnResponse.FromString,
+                _registered_method=True)
+        self.EndTxn = channel.unary_unary(
+                '/odradek.broker.Broker/EndTxn',
+                request_serializer=proto_dot_broker__pb2.EndTxnRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.EndTxnResponse.FromString,
+                _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/odradek.broker.Broker/TxnOffsetCommit',
+                request_serializer=proto_dot_broker__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.TxnOffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/odradek.broker.Broker/WriteTxnMarkers',
+                request_serializer=proto_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
+                _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/odradek.broker.Broker/ListTransactions',
+                request_serializer=proto_dot_broker__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeTransactions = channel.unary_unary(
+                '/odradek.broker.Broker/DescribeTransactions',
+                request_serializer=proto_dot_broker__pb2.DescribeTransactionsRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.DescribeTransactionsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -338,6 +373,53 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddPartitionsToTxn(self, request, context):
+        """Transactions (docs/TRANSACTIONS.md). The transaction coordinator of a transactional id is the leader of
+        __transaction_state partition hash(transactional_id) % transaction.state.log.num.partitions
+        (FindCoordinator key_type 1); InitProducerId with a transactional id goes there too.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddOffsetsToTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TxnOffsetCommit(self, request, context):
+        """To the group coordinator: offsets committed with the transaction (visible once it commits).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteTxnMarkers(self, request, context):
+        """From a transaction coordinator to partition leaders: write COMMIT / ABORT markers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTransactions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeTransactions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -470,6 +552,41 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=proto_dot_broker__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'AddPartitionsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPartitionsToTxn,
+                    request_deserializer=proto_dot_broker__pb2.AddPartitionsToTxnRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.AddPartitionsToTxnResponse.SerializeToString,
+            ),
+            'AddOffsetsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddOffsetsToTxn,
+                    request_deserializer=proto_dot_broker__pb2.AddOffsetsToTxnRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.AddOffsetsToTxnResponse.SerializeToString,
+            ),
+            'EndTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTxn,
+                    request_deserializer=proto_dot_broker__pb2.EndTxnRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.EndTxnResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=proto_dot_broker__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.TxnOffsetCommitResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=proto_dot_broker__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.WriteTxnMarkersResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=proto_dot_broker__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.ListTransactionsResponse.SerializeToString,
+            ),
+            'DescribeTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTransactions,
+                    request_deserializer=proto_dot_broker__pb2.DescribeTransactionsRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.DescribeTransactionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1174,6 +1291,195 @@ class Broker:
             '/odradek.broker.Broker/DeleteGroups',
             proto_dot_broker__pb2.DeleteGroupsRequest.SerializeToString,
             proto_dot_broker__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddPartitionsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/AddPartitionsToTxn',
+            proto_dot_broker__pb2.AddPartitionsToTxnRequest.SerializeToString,
+            proto_dot_broker__pb2.AddPartitionsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddOffsetsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/AddOffsetsToTxn',
+            proto_dot_broker__pb2.AddOffsetsToTxnRequest.SerializeToString,
+            proto_dot_broker__pb2.AddOffsetsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/EndTxn',
+            proto_dot_broker__pb2.EndTxnRequest.SerializeToString,
+            proto_dot_broker__pb2.EndTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/TxnOffsetCommit',
+            proto_dot_broker__pb2.TxnOffsetCommitRequest.SerializeToString,
+            proto_dot_broker__pb2.TxnOffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/WriteTxnMarkers',
+            proto_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
+            proto_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/ListTransactions',
+            proto_dot_broker__pb2.ListTransactionsRequest.SerializeToString,
+            proto_dot_broker__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/odradek.broker.Broker/DescribeTransactions',
+            proto_dot_broker__pb2.DescribeTransactionsRequest.SerializeToString,
+            proto_dot_broker__pb2.DescribeTransactionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,7 +3,7 @@
 Two counters of the bytes appended since the partition was opened: at the log end (what followers may read)
 and at the high watermark (what consumers may read). Appends above the high watermark remember where they
 end (offset, cumulative bytes) until the high watermark passes them; a consumer's fetch compares the count
-at the high watermark now with the one it saw when it started waiting. Bounded (STYLE.md §8): over
+at the high watermark now with the one it saw when it started waiting. Bounded (docs/CONVENTIONS.md §8): over
 :data:`MAX_PENDING_POSITIONS` remembered appends the oldest are dropped and the count at the high watermark
 moves up (coarser, never wrong in the direction that matters: a waiting fetch may answer early, never late).
 

@@ -1,5 +1,5 @@
 """One partition on one broker (Kafka's ``Partition``): its role, the registration it follows, replicas, ISR
-and high watermark. It owns, and drives under one lock (STYLE.md §1, one module per piece):
+and high watermark. It owns, and drives under one lock (docs/CONVENTIONS.md §1, one module per piece):
 :class:`~replication.unified_log.UnifiedLog` (the log with its producer state and leader-epoch cache),
 :class:`~replication.high_watermark.HighWatermark` (HW1-HW8) and :class:`~replication.isr.IsrState`
 (ISR1-ISR8), :class:`~replication.sequence_wait.HeldBatchWait` (S8) and
@@ -22,6 +22,7 @@ from log.config import LogConfig
 from log.errors import StorageError
 from log.log import FetchData, FetchSlice, Log
 from log.producer_state import ProducerEntry
+from log.record.control import EndTransactionMarker
 from replication.epoch_cache import EpochEndOffset
 from replication.errors import (
     FencedLeaderEpochError,
@@ -47,6 +48,8 @@ from replication.views import FetchPosition, PartitionRead, Registration, Role
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+Verifier = Callable[[list[tuple[int, int]]], None]
+"""S11: asks the transaction coordinator about ``[(producer id, epoch)]``; raises its refusal."""
 
 NO_EPOCH = -1  # current_leader_epoch = -1: the caller does not check epochs
 NO_LEADER = -1
@@ -119,6 +122,7 @@ class Partition:
         self._partition_epoch = NO_EPOCH
         self._replicas: tuple[int, ...] = ()
         self._isr: tuple[int, ...] = ()
+        self._hw = 0
         self._high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
         self._leader_state: HighWatermark | None = None
         self._isr_state: IsrState | None = None  # leader only: the committed ISR and the pending change
@@ -131,6 +135,16 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, {self._role}, epoch {self._leader_epoch})"
+
+    @property
+    def _high_watermark(self) -> int:
+        return self._hw
+
+    @_high_watermark.setter
+    def _high_watermark(self, value: int) -> None:
+        """Every move of the high watermark reaches the transactions' bookkeeping (L3: the LSO)."""
+        self._hw = value
+        self._log.update_high_watermark(value)
 
     # ------------------------------------------------------------------------------------- state
 
@@ -420,7 +434,13 @@ class Partition:
     # ------------------------------------------------------------------------------------ writes
 
     def append_as_leader(
-        self, records: bytes | memoryview, acks: int, *, deadline_ms: float | None = None, hold: bool = True
+        self,
+        records: bytes | memoryview,
+        acks: int,
+        *,
+        deadline_ms: float | None = None,
+        hold: bool = True,
+        verify: Verifier | None = None,
     ) -> AppendInfo:
         """Append a producer's batches, stamped with this leader's epoch.
 
@@ -436,16 +456,50 @@ class Partition:
         ``sequence_wait_ms`` and never past ``deadline_ms`` (the request's, monotonic clock)
         (:class:`~replication.sequence_wait.HeldBatchWait`); with ``hold`` False its refusal is raised at once
         instead (its ``ahead`` says it may be tried again by a thread that may wait).
+
+        Transactional batches that would open a transaction here (S11) are verified first, outside the lock,
+        by ``verify`` (it asks the transaction coordinator and raises its refusal); without ``verify`` they
+        are refused (INVALID_TXN_STATE).
         """
         if self._role is not Role.LEADER:  # before decoding anything (checked again under the lock)
             raise NotLeaderOrFollowerError(f"broker {self.local_broker_id} is not the leader of {self.key_str}")
         validated = self._log.validate(records)  # no lock needed: config, clock and bytes only
+        verified = self._verify(validated, verify)
         with self._lock:
             if not hold:
-                return self._append_as_leader_locked(validated, acks)
-            return self._held.attempt(lambda: self._append_as_leader_locked(validated, acks), self, deadline_ms)
+                return self._append_as_leader_locked(validated, acks, verified)
+            return self._held.attempt(
+                lambda: self._append_as_leader_locked(validated, acks, verified), self, deadline_ms
+            )
 
-    def _append_as_leader_locked(self, validated: ValidatedAppend, acks: int) -> AppendInfo:
+    def _verify(self, validated: ValidatedAppend, verify: Verifier | None) -> dict[int, int] | None:
+        """S11: guards for the producers whose transaction the append would open, confirmed by ``verify``
+        (called without the lock: it is a request to the coordinator)."""
+        if verify is None:
+            return None
+        with self._lock:
+            needed = self._log.needs_verification(validated)
+            if not needed:
+                return None
+            guards = {pid: self._log.begin_verification(pid, epoch) for pid, epoch in needed}
+        verify(needed)
+        return guards
+
+    def append_marker(self, producer_id: int, producer_epoch: int, marker: EndTransactionMarker) -> int:
+        """WriteTxnMarkers, as leader: write the transaction marker (S12 checked first); its offset. The caller
+        waits for the high watermark to pass it (markers are written with acks=all)."""
+        with self._lock:
+            if self._role is not Role.LEADER or self._leader_state is None:
+                raise NotLeaderOrFollowerError(f"broker {self.local_broker_id} is not the leader of {self.key_str}")
+            info = self._log.append_marker(producer_id, producer_epoch, marker, self._leader_epoch)
+            self._bytes.on_leader_append(info.last_offset + 1, info.size_bytes)
+            self._leader_state.on_leader_append(self._log.log_end_offset)
+            self._sync_high_watermark()
+            return info.first_offset
+
+    def _append_as_leader_locked(
+        self, validated: ValidatedAppend, acks: int, verified: Mapping[int, int] | None = None
+    ) -> AppendInfo:
         """``append_as_leader`` under the lock, once; wakes the batches held for their turn (S8)."""
         if self._role is not Role.LEADER or self._leader_state is None:
             raise NotLeaderOrFollowerError(f"broker {self.local_broker_id} is not the leader of {self.key_str}")
@@ -454,7 +508,7 @@ class Partition:
             raise NotEnoughReplicasError(
                 f"{self.key_str}: the ISR {list(self._isr)} is smaller than min.insync.replicas={min_isr}"
             )
-        info = self._log.append_as_leader(validated, self._leader_epoch)
+        info = self._log.append_as_leader(validated, self._leader_epoch, verified)
         if not info.batch_headers:
             return info  # a retried batch already written (S5): nothing appended
         self._bytes.on_leader_append(info.last_offset + 1, info.size_bytes)
@@ -526,6 +580,7 @@ class Partition:
         min_one_batch: bool = True,
         replica_epoch: int = -1,
         last_fetched_epoch: int = NO_EPOCH,
+        read_committed: bool = False,
     ) -> PartitionRead:
         """Whole batches from ``fetch_offset``: for consumers (``replica_id`` < 0) only below the high
         watermark, for followers to the log end; a follower's fetch also reports its position (HW4).
@@ -536,20 +591,28 @@ class Partition:
         records this log does not: the answer has no records and ``diverging_epoch`` says where the reader's
         epoch ends here (the reader truncates or resets its position there).
 
+        ``read_committed`` (consumers): only below the last stable offset (L3), with the aborted transactions
+        of what is returned.
+
         Raises the epoch errors, NotLeaderOrFollowerError, and OffsetOutOfRangeError outside
         ``[log_start_offset, log_end_offset]``.
         """
         with self._lock:
             log, high_watermark, epoch = self._leader_snapshot(current_leader_epoch, replica_id)
+            lso = self._log.last_stable_offset(high_watermark) if replica_id < 0 else -1
             if last_fetched_epoch >= 0:
                 end = self._log.end_offset_for(last_fetched_epoch)
                 if end.leader_epoch < last_fetched_epoch or end.end_offset < fetch_offset:
                     start, leo = self._log.log_start_offset, self._log.log_end_offset
                     empty = FetchData(b"", fetch_offset, fetch_offset, -1, 0, start, leo)
                     return PartitionRead(empty, high_watermark, start, leo, epoch, False, diverging_epoch=end)
-        max_offset = None if replica_id >= 0 else high_watermark
+        max_offset = None if replica_id >= 0 else (lso if read_committed else high_watermark)
         data = self._read_log(log, lambda lg: lg.read(fetch_offset, max_bytes, max_offset=max_offset,
                                                        min_one_batch=min_one_batch))  # fmt: skip
+        if read_committed and replica_id < 0:
+            aborted = tuple(log.collect_aborted(fetch_offset, lso)) if data.records else ()
+            return PartitionRead(data, high_watermark, data.log_start_offset, data.log_end_offset, epoch, False,
+                                 last_stable_offset=lso, aborted=aborted)  # fmt: skip
         moved = False
         if replica_id >= 0:
             with self._lock:
@@ -558,18 +621,32 @@ class Partition:
                     moved = self._leader_state.on_follower_fetch(replica_id, fetch_offset, now, replica_epoch)
                     self._sync_high_watermark()
                 high_watermark = self._high_watermark
-        return PartitionRead(data, high_watermark, data.log_start_offset, data.log_end_offset, epoch, moved)
+        return PartitionRead(data, high_watermark, data.log_start_offset, data.log_end_offset, epoch, moved,
+                             last_stable_offset=lso)  # fmt: skip
 
     def read_slice(
         self, fetch_offset: int, max_bytes: int, *, current_leader_epoch: int = NO_EPOCH, min_one_batch: bool = True
     ) -> tuple[FetchSlice, int, int]:
         """A consumer's :meth:`read` as a file slice for a zero-copy send (:meth:`Log.read_slice`), below the
-        high watermark: ``(slice, high_watermark, leader_epoch)``; the caller closes ``slice.fd``."""
+        high watermark: ``(slice, high_watermark, leader_epoch)``; the caller closes ``slice.fd``. (For
+        ``read_uncommitted`` only: a read_committed read needs the aborted list, :meth:`read`.)"""
         with self._lock:
             log, high_watermark, epoch = self._leader_snapshot(current_leader_epoch, -1)
         found = self._read_log(log, lambda lg: lg.read_slice(fetch_offset, max_bytes, max_offset=high_watermark,
                                                               min_one_batch=min_one_batch))  # fmt: skip
         return found, high_watermark, epoch
+
+    @property
+    def last_stable_offset(self) -> int:
+        """L3: below it every transaction is decided."""
+        with self._lock:
+            return self._log.last_stable_offset(self._high_watermark)
+
+    @property
+    def cleanable_upper_bound(self) -> int:
+        """Where the log cleaner stops (:meth:`UnifiedLog.cleanable_upper_bound`)."""
+        with self._lock:
+            return self._log.cleanable_upper_bound(self._high_watermark)
 
     def _read_log(self, log: Log, read: Callable[[Log], T]) -> T:
         """``read(log)`` outside the lock; if a config change reopened the log meanwhile (``log`` is closed),
@@ -605,7 +682,12 @@ class Partition:
             return FetchPosition(self._role, self._leader_epoch, offset, appended, self._log.log_start_offset, leo)
 
     def offset_for_timestamp(
-        self, timestamp_ms: int, *, current_leader_epoch: int = NO_EPOCH, for_replica: bool = False
+        self,
+        timestamp_ms: int,
+        *,
+        current_leader_epoch: int = NO_EPOCH,
+        for_replica: bool = False,
+        read_committed: bool = False,
     ) -> tuple[int, int] | None:
         """ListOffsets: ``(offset, timestamp)`` for -2 earliest, -1 latest (the HW for consumers, the log end
         for replicas), -3 the record with the largest timestamp, or the first record at or after a time;
@@ -614,12 +696,14 @@ class Partition:
         KIP-207: for consumers, while this new leader's high watermark is below the start offset of its
         epoch (a follower's HW lags the old leader's by up to a fetch), "latest" raises OffsetNotAvailableError
         instead of an offset below what the old leader answered, and so does a time lookup that found
-        nothing below the high watermark."""
+        nothing below the high watermark. ``read_committed`` consumers get the last stable offset as "latest"
+        (and look below it)."""
         with self._lock:
             log, high_watermark, _ = self._leader_snapshot(current_leader_epoch, -1)
             epoch_start = self._epoch_start_offset
             lagging = not for_replica and epoch_start > high_watermark
-        upper = log.log_end_offset if for_replica else high_watermark
+            lso = self._log.last_stable_offset(high_watermark)
+        upper = log.log_end_offset if for_replica else (lso if read_committed else high_watermark)
         found = lookup_offset(log, timestamp_ms, upper, latest_known=not lagging)
         if found is None and lagging:
             raise OffsetNotAvailableError(

@@ -16,6 +16,14 @@ or replayed, never with a timestamp a client wrote (which could keep one alive f
 ``producer.id.max.per.partition`` entries are kept; a new producer beyond it evicts the one written to
 longest ago (``log.producer_state``).
 
+Transactions (docs/TRANSACTIONS.md): the producer state also holds the partition's open transactions
+(``log.transactions``, L1-L6). A transactional batch that would open a transaction needs a verification
+guard (S11, :meth:`UnifiedLog.begin_verification`); markers come only through :meth:`UnifiedLog.append_marker`
+(the WriteTxnMarkers path), as leader, or replicated. An ABORT marker adds its transaction to the
+``.txnindex`` of the segment holding it, right after the marker is written (leader, follower, replay at load).
+The partition passes its high watermark in (:meth:`UnifiedLog.update_high_watermark`) and reads the last
+stable offset back.
+
 Ordering that matters:
 
 * EC4: the epoch cache entry of a batch's new leader epoch is saved (durably) *before* the batch is
@@ -33,7 +41,7 @@ lock (the :class:`~log.log.Log` itself is thread-safe, so readers use ``log`` di
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from log import producer_state_file
@@ -42,7 +50,10 @@ from log.clock import Clock
 from log.config import LogConfig
 from log.log import Log
 from log.producer_state import BatchMetadata, ExpirySchedule, ProducerEntry, ProducerStateManager
+from log.record.control import EndTransactionMarker, build_marker_batch, read_marker
 from log.record.header import iter_batches
+from log.transactions import OpenTxn
+from log.txn_index import AbortedTxn
 from replication import epoch_store
 from replication.epoch_cache import EpochEndOffset, EpochEntry, LeaderEpochCache
 from replication.truncation import TruncationDecision, decide
@@ -110,13 +121,15 @@ class UnifiedLog:
         record decoded); no lock needed."""
         return self._log.validate(records)
 
-    def append_as_leader(self, validated: ValidatedAppend, leader_epoch: int) -> AppendInfo:
+    def append_as_leader(
+        self, validated: ValidatedAppend, leader_epoch: int, verified: Mapping[int, int] | None = None
+    ) -> AppendInfo:
         """Check the producers' batches of a validated append (S1-S7, raising their errors with nothing
         written), then append them stamped with ``leader_epoch``; a whole retried batch answers with its
         original offsets (S5) and no ``batch_headers`` (nothing written). Producer entries are stamped with
         this broker's clock, never with a timestamp a client wrote (they expire by broker time)."""
         headers = validated.headers
-        verdict = self._producers.check_append(headers)  # S1-S7: a refusal writes nothing
+        verdict = self._producers.check_append(headers, verified)  # S1-S11: a refusal writes nothing
         if verdict.duplicate is not None:
             return self._duplicate_info(verdict.duplicate)
         new_epochs = [(leader_epoch, self._log.log_end_offset)] if leader_epoch > self._epochs.latest_epoch else []
@@ -141,10 +154,62 @@ class UnifiedLog:
         with self._epochs_saved_first(new_epochs):  # EC4
             info = self._log.append_as_follower(records)
         now = self._clock.time_ms()
+        markers = _markers(records)
         for header in info.batch_headers:
-            self._producers.update(header, header.base_offset, now)
+            aborted = self._producers.update(header, header.base_offset, now, markers.get(header.base_offset))
+            if aborted is not None:
+                self._log.append_aborted(aborted)
         self._after_producer_updates()
         return info
+
+    # ------------------------------------------------------------------------------- transactions
+
+    def needs_verification(self, validated: ValidatedAppend) -> list[tuple[int, int]]:
+        """S11: the ``(producer id, epoch)`` whose transactional batches would open a transaction here."""
+        return self._producers.needs_verification(validated.headers)
+
+    def begin_verification(self, producer_id: int, producer_epoch: int) -> int:
+        """S11: a guard to pass back to :meth:`append_as_leader` once the coordinator confirmed."""
+        return self._producers.begin_verification(producer_id, producer_epoch)
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, marker: EndTransactionMarker, leader_epoch: int
+    ) -> AppendInfo:
+        """Write the marker of the producer's transaction as leader (S12 checked first: a refusal writes
+        nothing); an ABORT is indexed. Returns where it went."""
+        self._producers.check_marker(producer_id, producer_epoch, marker)
+        batch = build_marker_batch(producer_id, producer_epoch, marker, self._clock.time_ms())
+        new_epochs = [(leader_epoch, self._log.log_end_offset)] if leader_epoch > self._epochs.latest_epoch else []
+        with self._epochs_saved_first(new_epochs):  # EC4
+            info = self._log.append_marker(batch, leader_epoch=leader_epoch)
+        header = info.batch_headers[0]
+        aborted = self._producers.update(header, info.first_offset, self._clock.time_ms(), marker)
+        if aborted is not None:
+            self._log.append_aborted(aborted)
+        self._after_producer_updates()
+        return info
+
+    def update_high_watermark(self, high_watermark: int) -> None:
+        """L3: the partition's high watermark moved (markers below it no longer hold the LSO back)."""
+        self._producers.update_high_watermark(high_watermark)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """L3."""
+        return self._producers.transactions.last_stable_offset(high_watermark)
+
+    def collect_aborted(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of ``[fetch_offset, upper_bound)`` needs."""
+        return self._log.collect_aborted(fetch_offset, upper_bound)
+
+    def open_transactions(self) -> list[OpenTxn]:
+        return self._producers.transactions.open_transactions
+
+    def cleanable_upper_bound(self, high_watermark: int) -> int:
+        """Where the log cleaner must stop: the LSO (Kafka's), and before the first aborted transaction still in
+        the log (Odradek does not yet remove aborted records while cleaning; docs/TRANSACTIONS.md)."""
+        bound = self.last_stable_offset(high_watermark)
+        first_aborted = self._log.first_aborted_offset()
+        return bound if first_aborted is None else min(bound, first_aborted)
 
     def _duplicate_info(self, batch: BatchMetadata) -> AppendInfo:
         """A retried batch already in the log (S5): its original offsets, nothing appended."""
@@ -214,9 +279,11 @@ class UnifiedLog:
 
     def truncate_to(self, offset: int) -> bool:
         """Cut the log at ``offset``, then the producer state and the epoch cache; True when the log changed."""
+        high_watermark = self._producers.transactions.high_watermark
         truncated = self._log.truncate_to(offset)
         if truncated:
             producer_state_file.reload_to(self._log, self._producers, self._clock.time_ms())
+            self._producers.update_high_watermark(min(high_watermark, self._log.log_end_offset))
         if self._epochs.truncate_from_end(self._log.log_end_offset):
             epoch_store.save(self._log, self._epochs)
         return truncated
@@ -246,3 +313,12 @@ class UnifiedLog:
         if not self._log.closed:
             producer_state_file.take_snapshot(self._log, self._producers)
         self._log.close()
+
+
+def _markers(records: bytes) -> dict[int, EndTransactionMarker]:
+    """The markers of the control batches in replicated ``records``, by base offset (the append validated them)."""
+    found: dict[int, EndTransactionMarker] = {}
+    for pos, header in iter_batches(records, validate=False):
+        if header.is_control and header.is_transactional:
+            found[header.base_offset] = read_marker(records, pos)[1]
+    return found

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from log.log import FetchData
+from log.txn_index import AbortedTxn
 from replication.epoch_cache import EpochEndOffset
 
 
@@ -42,6 +43,8 @@ class PartitionRead:
     leader_epoch: int
     high_watermark_moved: bool  # a follower's fetch moved the high watermark (complete delayed produces)
     diverging_epoch: EpochEndOffset | None = None  # the reader's last fetched epoch ends before its offset here
+    last_stable_offset: int = -1  # L3 (consumers' reads; -1 for followers)
+    aborted: tuple[AbortedTxn, ...] = ()  # read_committed: the aborted transactions of the records' range
 
     @property
     def records(self) -> bytes:

@@ -4,7 +4,7 @@ A group's coordinator is the leader of ``__consumer_offsets`` partition ``partit
 (:func:`broker.group.config.partition_for`). For each such partition this broker leads, one
 :class:`_Shard` holds a :class:`~broker.group.shard.GroupShard` (the pure state machine).
 
-Threads and locks (STYLE.md §6: one owner per state machine):
+Threads and locks (docs/CONVENTIONS.md §6: one owner per state machine):
 
 * **One lock per shard.** A request thread takes its shard's lock, runs the operation on the state
   machine, appends the records it emitted to the partition as leader (so the log order is the order of
@@ -282,6 +282,10 @@ class GroupCoordinator:
 
     def shards(self) -> list[tuple[int, GroupShard, threading.Lock]]:
         return [(s.partition, s.core, s.lock) for s in self._shards.values() if s.loaded]
+
+    def loading(self) -> list[int]:
+        """The ``__consumer_offsets`` partitions this broker leads whose groups are still being loaded."""
+        return sorted(s.partition for s in self._shards.values() if not s.loaded and not s.failure)
 
     def _check_current(self, shard: _Shard) -> None:
         if self._shards.get(shard.partition) is not shard:

@@ -6,7 +6,8 @@ Limits (Kafka's ``ReplicaManager.readFromLog``): the response carries at most ``
 partition that has data is returned whole even when larger (so a consumer always makes progress).
 Records go out unchanged from disk.
 
-Consumers (``replica_id`` < 0) read below the high watermark, followers to the log end; a follower's fetch
+Consumers (``replica_id`` < 0) read below the high watermark (``read_committed``: below the last stable
+offset, with the aborted transactions of what they read), followers to the log end; a follower's fetch
 reports its position (which may move the high watermark: waiting acks=all produces are then checked).
 
 Per partition: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH
@@ -40,12 +41,14 @@ from broker.context import BrokerContext
 from broker.delayed_fetch import DelayedFetch, FetchStatus
 from broker.errors import STALE_BROKER_EPOCH, error, error_of
 from broker.handlers.common import local_partition
+from log import trace
 from log.errors import OffsetOutOfRangeError
 from proto import broker_pb2 as pb
 from replication.partition import FetchPosition
 
 WAIT_SLACK_S = 5.0
-MAX_WAIT_CAP_MS = 300_000  # a longer max_wait_ms is cut to this (STYLE.md §8: every request has a maximum)
+READ_COMMITTED = 1  # isolation_level
+MAX_WAIT_CAP_MS = 300_000  # a longer max_wait_ms is cut to this (docs/CONVENTIONS.md §8: every request has a maximum)
 
 
 R = TypeVar("R")
@@ -59,6 +62,7 @@ class Target:
     partition_max_bytes: int
     current_leader_epoch: int
     last_fetched_epoch: int = -1
+    read_committed: bool = False  # isolation_level 1: below the LSO, with the aborted transactions
 
 
 # reads every target within the limits: (response, bytes per target, whether any partition failed)
@@ -143,9 +147,10 @@ def begin(
     for_replica = request.replica_id >= 0
     limit = ctx.config.replica_fetch_response_max_bytes if for_replica else ctx.config.fetch_max_bytes
     max_bytes = min(request.max_bytes, limit) if request.max_bytes > 0 else limit
+    read_committed = not for_replica and getattr(request, "isolation_level", 0) == READ_COMMITTED
     targets = [
         Target(topic.name, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
-               _last_fetched_epoch(p))
+               _last_fetched_epoch(p), read_committed)
         for topic in request.topics
         for p in topic.partitions
     ]
@@ -271,7 +276,7 @@ def _read_one(
         read = partition.read(
             target.fetch_offset, max(max_bytes, 0), replica_id=replica_id,
             current_leader_epoch=target.current_leader_epoch, min_one_batch=min_one_batch, replica_epoch=replica_epoch,
-            last_fetched_epoch=target.last_fetched_epoch,
+            last_fetched_epoch=target.last_fetched_epoch, read_committed=target.read_committed,
         )  # fmt: skip
     except OffsetOutOfRangeError as exc:
         answer.error.CopyFrom(error_of(exc))
@@ -281,9 +286,14 @@ def _read_one(
         answer.error.CopyFrom(error_of(exc))
         return b""
     if read.high_watermark_moved:
+        if trace.ON:  # the high watermark passed records now (log.trace's ``hw``)
+            trace.point("hw", target.topic, target.partition, read.high_watermark, replica_id)
         ctx.replicas.produce_purgatory.check_and_complete((target.topic, target.partition))
         ctx.replicas.fetch_purgatory.check_and_complete((target.topic, target.partition))
-    answer.high_watermark = answer.last_stable_offset = read.high_watermark
+    answer.high_watermark = read.high_watermark
+    answer.last_stable_offset = read.last_stable_offset if read.last_stable_offset >= 0 else read.high_watermark
+    for aborted in read.aborted:
+        answer.aborted_transactions.add(producer_id=aborted.producer_id, first_offset=aborted.first_offset)
     answer.log_start_offset = read.log_start_offset
     answer.log_end_offset = read.log_end_offset
     answer.leader_epoch = read.leader_epoch
@@ -301,5 +311,6 @@ def _fill_offsets(ctx: BrokerContext, target: Target, answer: pb.FetchPartitionR
     if partition is not None:
         answer.log_start_offset = partition.log_start_offset
         answer.log_end_offset = partition.log_end_offset
-        answer.high_watermark = answer.last_stable_offset = partition.high_watermark
+        answer.high_watermark = partition.high_watermark
+        answer.last_stable_offset = partition.last_stable_offset
         answer.leader_epoch = partition.leader_epoch

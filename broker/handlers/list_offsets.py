@@ -1,7 +1,7 @@
 """ListOffsets: an offset per partition by time (Kafka's ``ListOffsets``), answered by the partition leader.
 
-``timestamp``: -2 earliest (the log start offset), -1 latest (the high watermark for consumers, which is
-also the last stable offset here: no transactions; the log end for replicas), -3 the record with the
+``timestamp``: -2 earliest (the log start offset), -1 latest (the high watermark for consumers, the last
+stable offset for ``read_committed`` ones; the log end for replicas), -3 the record with the
 largest timestamp, or a time in ms: the first record whose timestamp is at or after it. ``offset`` -1
 when no record qualifies (below the high watermark, for consumers). Per partition errors:
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH,
@@ -29,7 +29,8 @@ def handle(ctx: BrokerContext, request: pb.ListOffsetsRequest) -> pb.ListOffsets
         try:
             partition = local_partition(ctx, item.topic, item.partition)
             found = partition.offset_for_timestamp(
-                item.timestamp, current_leader_epoch=item.current_leader_epoch, for_replica=for_replica
+                item.timestamp, current_leader_epoch=item.current_leader_epoch, for_replica=for_replica,
+                read_committed=request.isolation_level == 1,
             )
         except Exception as exc:
             answer.error.CopyFrom(error_of(exc))

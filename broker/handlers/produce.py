@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 VALID_ACKS = (0, 1, -1)
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
-MAX_TIMEOUT_MS = 300_000  # a longer timeout_ms is cut to this (STYLE.md §8: every request has a maximum)
+MAX_TIMEOUT_MS = 300_000  # a longer timeout_ms is cut to this (docs/CONVENTIONS.md §8: every request has a maximum)
 
 
 @dataclass(frozen=True, slots=True)

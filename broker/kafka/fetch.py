@@ -6,8 +6,8 @@ path: the slice may end inside a batch, as Kafka's does, and clients drop that p
 the bytes :meth:`~replication.partition.Partition.read` returns.
 
 Only consumer fetches: ``replica_id`` is ignored (followers replicate over gRPC). ``isolation_level``
-read_committed reads to the last stable offset, which is the high watermark while no transaction
-exists; it answers an empty list of aborted transactions (read_uncommitted: null, as Kafka).
+read_committed reads to the last stable offset and answers the aborted transactions of what it read (its
+bytes are read, never sent with sendfile); read_uncommitted answers a null list, as Kafka.
 
 Fetch sessions (KIP-227, v7+): this broker creates none; it answers ``session_id`` 0, which tells the
 client to keep sending full fetch requests. A request naming a session (``session_id`` != 0) answers
@@ -135,7 +135,7 @@ def _read_one(
     result = fetch_codec.PartitionResult(target.topic, target.partition)
     try:
         partition = local_partition(ctx, target.topic, target.partition)
-        if sendfile:
+        if sendfile and not target.read_committed:
             found, high_watermark, _ = partition.read_slice(
                 target.fetch_offset, max_bytes, current_leader_epoch=target.current_leader_epoch,
                 min_one_batch=min_one_batch,
@@ -145,10 +145,12 @@ def _read_one(
             result.log_start_offset = found.log_start_offset
         else:
             read = partition.read(target.fetch_offset, max_bytes, current_leader_epoch=target.current_leader_epoch,
-                                  min_one_batch=min_one_batch)  # fmt: skip
+                                  min_one_batch=min_one_batch, read_committed=target.read_committed)  # fmt: skip
             high_watermark = read.high_watermark
             result.records = read.records or None
             result.log_start_offset = read.log_start_offset
+            result.last_stable_offset = read.last_stable_offset
+            result.aborted = tuple((a.producer_id, a.first_offset) for a in read.aborted)
         result.high_watermark = high_watermark
     except OffsetOutOfRangeError as exc:
         result.error = error_of(exc).code

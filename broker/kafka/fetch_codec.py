@@ -48,6 +48,8 @@ class PartitionResult:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: bytes | FileRegion | None = None
+    last_stable_offset: int = -1  # -1: the high watermark (read_uncommitted)
+    aborted: tuple[tuple[int, int], ...] = ()  # read_committed: (producer_id, first_offset)
 
     @property
     def size(self) -> int:
@@ -86,10 +88,18 @@ def encode_response(
         head += (uvarint(len(name) + 1) if flexible else I16.pack(len(name))) + name
         head += _array_length(len(partitions), flexible)
         for r in partitions:
-            head += PARTITION_HEAD.pack(r.partition, error_code(r.error), r.high_watermark, r.high_watermark)
+            lso = r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark
+            head += PARTITION_HEAD.pack(r.partition, error_code(r.error), r.high_watermark, lso)
             if version >= 5:
                 head += I64.pack(r.log_start_offset)
-            head += _array_length(0, flexible) if read_committed else _null_array(flexible)
+            if read_committed:
+                head += _array_length(len(r.aborted), flexible)
+                for producer_id, first_offset in r.aborted:
+                    head += I64.pack(producer_id) + I64.pack(first_offset)
+                    if flexible:
+                        head += b"\x00"  # aborted transaction tagged fields
+            else:
+                head += _null_array(flexible)
             if version >= 11:
                 head += I32.pack(NO_READ_REPLICA)
             size = r.size

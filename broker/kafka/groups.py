@@ -136,6 +136,9 @@ def handle_list_groups(request: Request) -> Any:
     states = {s.lower() for s in getattr(body, "states_filter", ())}
     types = {t.lower() for t in getattr(body, "types_filter", ())}
     answer = list_groups.handle(request.ctx, pb.ListGroupsRequest())
+    if answer.error.code:  # COORDINATOR_LOAD_IN_PROGRESS: no groups (a partial list would look complete)
+        return build(response_class(LIST_GROUPS_KEY, request.version), throttle_time=0,
+                     error_code=answer.error.code, groups=[])  # fmt: skip
     classic = list_classic_groups(request.ctx)
     ids = {gid for gid, *_ in classic}  # a classic group's offsets live in an entry without members: not listed twice
     listed = [(g.group_id, g.protocol_type, g.state, g.group_type) for g in answer.groups if g.group_id not in ids]

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from chaos.backends import BackendError, Capability, Node, NodeRef, NodeState, UnsupportedFault, node_name
 from chaos.backends.netcut import NetworkCutter, node_hosts
+from controller.ports import candidate_range, reserve
 from odradek.errors import CliError
 from odradek.launcher.children import Child, pid_alive, ports_in_use, stop_all
 from odradek.launcher.plan import (
@@ -55,7 +56,6 @@ from odradek.launcher.up import (
 )
 
 KILL_WAIT_S = 10.0
-PORT_SEARCH_RANGE = (12000, 30000)  # below Linux's ephemeral range (32768+), where free_ports() picks
 PORT_SEARCH_TRIES = 200
 
 
@@ -337,10 +337,13 @@ def plan_on_free_ports(
         if busy:
             raise BackendError(f"ports in use: {', '.join(f'{p} ({what})' for p, what in busy[:4])}")
         return plan
+    # below the ephemeral range, every port reserved across processes (controller.ports: no other test run
+    # or free_ports() caller gets them)
     rng = random.Random(os.getpid() ^ time.monotonic_ns())  # ports only: the fault schedule has its own seed
-    low, high = PORT_SEARCH_RANGE
+    low, high = candidate_range()
+    span = max(p for p, _ in plan_cluster(root, controllers, brokers, low, hosts).ports()) - low
     for _ in range(PORT_SEARCH_TRIES):
-        plan = plan_cluster(root, controllers, brokers, rng.randrange(low, high - 300), hosts)
-        if not ports_in_use(plan.ports()):
+        plan = plan_cluster(root, controllers, brokers, rng.randrange(low, high - span), hosts)
+        if not ports_in_use(plan.ports()) and reserve(p for p, _ in plan.ports()):
             return plan
     raise BackendError(f"found no free port range for the cluster in {low}..{high}")

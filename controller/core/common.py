@@ -21,7 +21,7 @@ Command = tuple[MetadataRecord, ...]
 
 
 class Clock(Protocol):
-    """Time as the core sees it (STYLE.md §2): only monotonic milliseconds, only differences matter."""
+    """Time as the core sees it (docs/CONVENTIONS.md §2): only monotonic milliseconds, only differences matter."""
 
     def monotonic_ms(self) -> float: ...
 
@@ -83,7 +83,7 @@ def preview(image: MetadataImage, commands: Iterable[Sequence[MetadataRecord]]) 
 
     Raises :class:`~controller.errors.MetadataError` when a record does not fit: the core checks every
     result with it before anything is appended, so that a bug of the core fails one request instead of
-    halting every voter that would replay a bad record (STYLE.md §8).
+    halting every voter that would replay a bad record (docs/CONVENTIONS.md §8).
     """
     delta = MetadataDelta(image)
     offset = image.offset

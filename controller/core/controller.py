@@ -13,7 +13,7 @@ The driver (``controller.server``) must:
 3. answer only after every command has committed (persist, then answer).
 
 The core never touches sockets, threads, files, time or randomness itself: the clock and the random
-source are injected (STYLE.md §1, §2); with a manual clock and a seeded ``random.Random`` every
+source are injected (docs/CONVENTIONS.md §1, §2); with a manual clock and a seeded ``random.Random`` every
 decision replays exactly. Every result is checked by replaying it onto the image
 (:func:`~controller.core.common.preview`) before it is returned.
 """
@@ -39,7 +39,7 @@ T = TypeVar("T")
 class ControllerCore:
     """The active controller's logic (Kafka's ``QuorumController`` minus its event loop and Raft client).
 
-    Not thread-safe: one owner, the controller thread, calls every method (STYLE.md §6). Its only state
+    Not thread-safe: one owner, the controller thread, calls every method (docs/CONVENTIONS.md §6). Its only state
     of its own is in memory and rebuilt by :meth:`activate`: broker sessions and the rebalance timer.
     """
 

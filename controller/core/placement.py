@@ -6,7 +6,7 @@ For brokers ``b[0..n-1]`` (ascending ids), a random start index ``s`` and a rand
   brokers, so ``N`` partitions give every broker ``N // n`` or ``N // n + 1`` leaderships.
 - P2. Its ``j``-th follower is ``b[(first + 1 + (h + j) % (n - 1)) % n]``; the shift grows by one every
   ``n`` partitions so that followers are spread too. No broker appears twice in one partition.
-- P3. Randomness comes only from the injected ``random.Random`` (STYLE.md §2): a seed replays a placement.
+- P3. Randomness comes only from the injected ``random.Random`` (docs/CONVENTIONS.md §2): a seed replays a placement.
 """
 
 from __future__ import annotations

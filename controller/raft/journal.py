@@ -18,11 +18,11 @@ Files (in the node's data directory)::
 Durability, the order that matters:
 
 - ``add`` / ``clear`` reach the page cache at once (a killed process loses nothing) and the disk at
-  the next :meth:`DurableJournal.flush`. ``deleteEntriesFrom`` only detaches entries; the file loses
-  them when a conflicting entry is added (Raft's rule; see the method). The driver calls ``flush`` before this
-  node acknowledges entries to a leader and, on the leader, after every tick, i.e. before the next tick
-  counts the leader's own copy towards a commit. So every entry a majority acknowledged is on disk on a
-  majority.
+  the next :meth:`DurableJournal.flush`. ``deleteEntriesFrom`` deletes nothing; an ``add`` that
+  conflicts with a held entry cuts the file there (Raft's rule; see both methods). The driver calls
+  ``flush`` before this node acknowledges entries to a leader and, on the leader, after every tick,
+  i.e. before the next tick counts the leader's own copy towards a commit. So every entry a majority
+  acknowledged is on disk on a majority, and stays in its log until a leader contradicts it.
 - ``setCurrentTerm`` (term and vote) is written and fsynced before it returns, which is before pysyncobj
   sends the vote that depends on it (Raft §5.1, Figure 2 "persistent state").
 - ``deleteEntriesTo`` (log compaction, after pysyncobj renamed a new full dump into place) first fsyncs
@@ -42,7 +42,6 @@ import os
 import struct
 import threading
 import zlib
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -105,7 +104,6 @@ class DurableJournal:
         self._fsync = fsync
         self._entries: list[Entry] = []
         self._positions: list[int] = []
-        self._detached: deque[tuple[Entry, int]] = deque()  # (entry, file position) after a lazy delete
         self._dirty = False
         self._end = 0
         self._fd = self._open()
@@ -168,30 +166,37 @@ class DurableJournal:
     # --- pysyncobj's Journal interface -----------------------------------------------------------
 
     def add(self, command: bytes | str, idx: int, term: int) -> None:
+        """Append an entry; one this journal already holds is kept, one that conflicts replaces the tail.
+
+        Raft (Figure 2, AppendEntries steps 3 and 4): an existing entry is deleted, with all that follow
+        it, only when a new one at its index differs (a different term); an entry already present is not
+        appended again. pysyncobj re-adds a message's entries after :meth:`deleteEntriesFrom` (which keeps
+        them): the same entries cost nothing here, and the file is not touched.
+        """
         entry = (command if isinstance(command, bytes) else command.encode("utf-8"), idx, term)
+        if self._entries and self._entries[0][1] <= idx <= self._entries[-1][1]:
+            pos = idx - self._entries[0][1]
+            if self._entries[pos] == entry:
+                return
+            self._truncate(pos, entry)
         if self._entries and idx != self._entries[-1][1] + 1:
             raise QuorumStorageError(f"journal gap: entry {idx} after {self._entries[-1][1]}")
-        if self._detached:
-            if self._detached[0][0] == entry:  # the leader re-sent what we have: keep the file as is
-                self._entries.append(entry)
-                self._positions.append(self._detached.popleft()[1])
-                return
-            self._truncate_detached(entry)
         self._positions.append(self._end)
         self._write(_frame(entry))
         self._entries.append(entry)
 
-    def _truncate_detached(self, replacement: Entry) -> None:
-        """A different entry replaces a detached one: now the file really loses the detached tail."""
-        first, pos = self._detached[0]
+    def _truncate(self, pos: int, replacement: Entry) -> None:
+        """A conflicting entry arrived for position ``pos``: the entries from there on go, in the file too."""
+        first = self._entries[pos]
         if first[1] <= self.getRaftCommitIndex():
             log.critical(
                 "journal %s: committed entry %d (term %d) replaced by one of term %d: Raft safety violated",
                 self.path, first[1], first[2], replacement[2],
             )  # fmt: skip
-        os.ftruncate(self._fd, pos)
-        self._end = pos
-        self._detached.clear()
+        os.ftruncate(self._fd, self._positions[pos])
+        self._end = self._positions[pos]
+        del self._entries[pos:]
+        del self._positions[pos:]
         self._dirty = True
 
     def clear(self) -> None:
@@ -199,30 +204,30 @@ class DurableJournal:
         self._end = len(MAGIC)
         self._entries = []
         self._positions = []
-        self._detached.clear()
         self._dirty = True
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
-        """Detach the entries from ``entryFrom`` on, but keep them in the file until one is contradicted.
+        """Keep every entry: only a conflicting :meth:`add` deletes (Raft Figure 2, AppendEntries step 3).
 
-        pysyncobj 0.3.17 calls this whenever an append_entries starts before the follower's last entry,
-        which it does all the time (its leader moves next_index back on each acknowledgement) and then
-        re-adds the same entries. Raft (Figure 2, AppendEntries step 3) deletes only on a conflict: so do
-        we, in :meth:`add`. Detached entries that are never re-added stay in the file: entries a leader
-        sent, valid until a conflicting entry arrives, which restarting with them preserves.
+        pysyncobj 0.3.17 calls this on every append_entries whose previous entry is not this node's last
+        one, before it adds the message's entries, whether they conflict or not. It does so all the time:
+        its leader moves ``next_index`` back to the acknowledged index + 1 while later entries are in
+        flight, so it re-sends entries this node already has, and a message carries at most
+        ``appendEntriesBatchSizeBytes`` of them. Deleting from there would drop entries this node already
+        acknowledged, committed and applied ones included, from the log pysyncobj votes with: a node
+        missing a committed entry could then be elected. So nothing is deleted here; :meth:`add` compares
+        each re-sent entry with the one held and deletes from the first that differs.
+
+        Entries kept after the message's last one may be stale (written by an old leader, not yet
+        contradicted): pysyncobj must not count them towards the commit index, which it caps at this
+        log's last index. :func:`controller.raft.patches.cap_leader_commit` (applied by the driver's
+        transport to every append_entries) caps it at the message's last entry instead, Raft's rule.
         """
-        if entryFrom >= len(self._entries):
-            return
-        moved = list(zip(self._entries[entryFrom:], self._positions[entryFrom:], strict=True))
-        self._detached.extendleft(reversed(moved))
-        del self._entries[entryFrom:]
-        del self._positions[entryFrom:]
 
     def deleteEntriesTo(self, entryTo: int) -> None:
         if self._fsync:
             fsync_dir(self._dir)  # the full dump's rename, before the entries it covers go
         kept = self._entries[entryTo:]
-        self._detached.clear()
         frames = [_frame(e) for e in kept]
         tmp = self.path + ".compact"
         with open(tmp, "wb") as f:

@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar, cast
 from pysyncobj import SyncObj, replicated
 from pysyncobj.transport import TCPTransport
 
+from controller.raft.patches import cap_leader_commit
 from controller.raft.state import AppendResult
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -65,11 +66,16 @@ class RaftNode(SyncObj):  # type: ignore[misc]
 
 
 class AckFlushingTransport(TCPTransport):  # type: ignore[misc]
-    """pysyncobj's TCP transport, but entries are fsynced before a follower acknowledges them."""
+    """pysyncobj's TCP transport, but entries are fsynced before a follower acknowledges them, and a
+    follower's commit index follows Raft's rule (:func:`controller.raft.patches.cap_leader_commit`)."""
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any, *, before_ack: Callable[[], bool]) -> None:
         self._before_ack = before_ack
         super().__init__(syncObj, selfNode, otherNodes)
+
+    def _onMessageReceived(self, node: Any, message: Any) -> None:
+        # Every message from a connected partner arrives here (pysyncobj binds this method per connection).
+        super()._onMessageReceived(node, cap_leader_commit(message))
 
     def send(self, node: Any, message: Any) -> bool:
         if type(message) is dict and message.get("type") == "next_node_idx" and not self._before_ack():

@@ -5,8 +5,9 @@ trusted before the length, magic and CRC are. The CRC only says that the bytes w
 way; a buggy or hostile producer computes a valid CRC over garbage. So a leader then checks the batch as
 a producer's (rules V1-V6; ``tests/log/test_record_validator.py`` cites them):
 
-- V1. Not a control batch and not transactional (clients do not write transaction markers; transactions
-  are not supported): INVALID_RECORD.
+- V1. Not a control batch (clients do not write transaction markers: the transaction coordinator's
+  WriteTxnMarkers does, through ``Log.append_marker``), and transactional only with a producer id:
+  INVALID_RECORD. (Whether a transactional batch may be written is the producer state's question: S10, S11.)
 - V2. Producer fields agree: ``producerId`` is -1 (no producer: the epoch and sequence are not looked at,
   as in Kafka; aiokafka, for one, writes sequence 0 there) or >= 0, and then ``producerEpoch`` and
   ``baseSequence`` are >= 0: INVALID_RECORD. (Kafka reads any negative id as "none"; Odradek refuses ids
@@ -92,8 +93,8 @@ def check_producer_header(header: BatchHeader, where: str) -> None:
     """Rules V1-V3: what the header alone says about a producer's batch."""
     if header.is_control:
         raise InvalidRecordError(f"{where} is a control batch: clients are not allowed to write control records")
-    if header.is_transactional:
-        raise InvalidRecordError(f"{where} is transactional: transactions are not supported")
+    if header.is_transactional and header.producer_id < 0:
+        raise InvalidRecordError(f"{where} is transactional without a producer id")
     pid, epoch, seq = header.producer_id, header.producer_epoch, header.base_sequence
     if pid != NO_PRODUCER_ID and (pid < 0 or epoch < 0 or seq < 0):
         raise InvalidRecordError(

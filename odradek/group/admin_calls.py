@@ -9,6 +9,7 @@ coordinator accepts only while the group has no members: like Kafka, resetting n
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from odradek.errors import (
     GroupIdNotFoundError,
     KafkaError,
+    KafkaTimeoutError,
     NetworkError,
     NonEmptyGroupError,
     error_from_code,
@@ -56,19 +58,40 @@ class GroupAdmin:
         request = broker_pb2.ListGroupsRequest(states_filter=list(states))
         found: dict[str, GroupListing] = {}
         answered = 0
+        deadline = self._client.clock.monotonic_ms() + self._timeout_ms
         for node_id in sorted(self._client.cluster.brokers):
             try:
-                response = self._client.call_node(node_id, "ListGroups", request)
+                response = self._list_on(node_id, request, deadline)
             except NetworkError:
                 continue  # a broker that is down coordinates nothing right now
             answered += 1
-            if response.error.code:
-                raise error_from_code(response.error.code, f"listing groups on broker {node_id}: {response.error}")
             for g in response.groups:
                 found[g.group_id] = GroupListing(g.group_id, g.state, g.group_type or "consumer", node_id)
         if not answered:
             raise NetworkError("no broker answered ListGroups")
         return [found[g] for g in sorted(found)]
+
+    def _list_on(self, node_id: int, request: broker_pb2.ListGroupsRequest, deadline: float) -> Any:
+        """ListGroups on one broker; a retriable answer (COORDINATOR_LOAD_IN_PROGRESS while it loads a
+        partition, COORDINATOR_NOT_AVAILABLE) is asked again after a backoff until ``deadline``, as Kafka's
+        admin client does; then KafkaTimeoutError. Any other error is raised at once."""
+        clock = self._client.clock
+        attempt = 0
+        while True:
+            response = self._client.call_node(node_id, "ListGroups", request)
+            code = response.error.code
+            if not code:
+                return response
+            why = f"listing groups on broker {node_id}: {code} {response.error.message}".rstrip()
+            error = error_from_code(code, why)
+            if not error.retriable:
+                raise error
+            remaining = deadline - clock.monotonic_ms()
+            if remaining <= 0:
+                raise KafkaTimeoutError(f"listing groups on broker {node_id} did not succeed within "
+                                        f"{self._timeout_ms:.0f} ms; last error: {error}")  # fmt: skip
+            time.sleep(min(self._client.backoff.backoff_ms(attempt), remaining) / 1000)
+            attempt += 1
 
     # -------------------------------------------------------------------------------- describe
 

@@ -168,7 +168,7 @@ def _host(hosts: Mapping[str, str], role: str, node_id: int) -> str:
 
 
 def cluster_document(plan: ClusterPlan, pids: Mapping[str, int], *, metrics: bool = True) -> dict[str, Any]:
-    """``cluster.json`` as INTERFACE.md defines it; ``pids`` maps node names (``broker-0``) to process ids;
+    """``cluster.json`` as docs/INTERFACE.md defines it; ``pids`` maps node names (``broker-0``) to process ids;
     each node's ``"metrics"`` is its ``/metrics`` address, null when the cluster runs without metrics."""
     doc: dict[str, Any] = {
         "bootstrap_servers": plan.bootstrap_servers,

@@ -6,8 +6,9 @@
 ``e2e`` runs a producer (``linger.ms=0``, like Kafka's tool) and a consumer in the same process: the
 consumer is positioned at the end of every partition first, then the producer sends ``num_records``
 records at ``rate`` a second, each carrying a run id, its sequence number and its send time (the
-``perf_counter`` in ns). The consumer thread records, per record of this run, the time from its send to
-the ``poll`` that returned it.
+``perf_counter`` in ns), after one untimed warm-up record (connections and producer id ready). The consumer
+thread records, per record of this run, the time from its send to the ``poll`` that returned it; the
+producer's callbacks, the time from its send to its acknowledgement (``ack_latency_ms`` in the JSON).
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from log import trace
 from odradek.perf.stats import Recorder, Throttle
 
 POLL_MS = 200
@@ -110,6 +115,8 @@ class E2EConsumer(threading.Thread):
                 continue
             self.seen.add(seq)
             self.recorder.record((now_ns - sent_ns) / 1e6, len(value), now)
+            if trace.ON:
+                trace.record(now_ns, "e2e", r.topic, r.partition, r.offset, sent_ns)
 
 
 def e2e_payload(run_id: bytes, seq: int, sent_ns: int, padding: bytes) -> bytes:
@@ -117,18 +124,27 @@ def e2e_payload(run_id: bytes, seq: int, sent_ns: int, padding: bytes) -> bytes:
 
 
 class SendErrors:
-    """Delivery failures, counted on the producer's sender thread (read after ``flush``)."""
+    """Delivery failures, counted on the producer's sender thread (read after ``flush``), and the ack
+    latency of every delivered record: from its ``send`` to its future's completion (``acks_ms``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock_ns: Callable[[], int] = time.perf_counter_ns) -> None:
         self.count = 0
         self.first: BaseException | None = None
+        self.clock_ns = clock_ns
+        self.acks_ms = array("d")
 
-    def done(self, future: Any) -> None:
+    def done(self, sent_ns: int, future: Any) -> None:
+        now_ns = self.clock_ns()
         error = future.exception()
         if error is not None:
             self.count += 1
             if self.first is None:
                 self.first = error
+            return
+        self.acks_ms.append((now_ns - sent_ns) / 1e6)
+        if trace.ON:
+            md = future.result()
+            trace.record(now_ns, "ack", md.topic, md.partition, md.offset, sent_ns)
 
 
 def e2e_produce(producer: Any, topic: str, run_id: bytes, num_records: int, record_size: int, rate: float,
@@ -139,7 +155,8 @@ def e2e_produce(producer: Any, topic: str, run_id: bytes, num_records: int, reco
     throttle = Throttle(rate, first)
     for seq in range(num_records):
         sent_ns = clock_ns()
-        producer.send(topic, e2e_payload(run_id, seq, sent_ns, padding)).add_done_callback(errors.done)
+        future = producer.send(topic, e2e_payload(run_id, seq, sent_ns, padding))
+        future.add_done_callback(partial(errors.done, sent_ns))
         throttle.pace(seq + 1, sent_ns / 1e9)
     producer.flush()
     return first

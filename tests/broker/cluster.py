@@ -162,7 +162,7 @@ class Cluster:
     ) -> None:
         self.root = Path(root)
         self.channel_credentials = channel_credentials  # for the test's own stubs: TLS to TLS listeners
-        # one call: ports from two calls could overlap (each call's sockets are closed when it returns)
+        # reserved across processes, below the ephemeral range (controller.ports)
         nodes = controllers + brokers
         extra = brokers if client_listener else 0
         ports = free_ports(2 * controllers + brokers + (brokers if kafka else 0) + (nodes if metrics else 0) + extra)

@@ -232,3 +232,24 @@ def test_a_consumer_long_poll_waits_for_the_high_watermark(harness: BrokerHarnes
     thread.join(10)
     assert results
     assert part(results[0]).records
+
+
+def test_a_woken_fetch_says_how_much_is_ready_to_read(harness: BrokerHarness) -> None:
+    """``DelayedFetch.ready_bytes``: the bytes case D counted (the gRPC service reads that much on its event loop
+    when it is at most ``fetch.inline.read.max.bytes``); 0 when the timer completed the fetch."""
+    harness.create_topic("t")
+    started = fetch.begin_grpc(harness.ctx, fetch_request([("t", 0, 0)], max_wait_ms=60_000))
+    assert isinstance(started, fetch.PendingFetch)
+    assert not started.op.is_completed
+    records = batch([b"x" * 100, b"y" * 100])
+    append(harness, records)
+    assert started.op.wait(10)
+    assert started.op.ready_bytes == len(records)
+    assert part(fetch.finish_grpc(harness.ctx, started)).records == part(
+        fetch.handle(harness.ctx, fetch_request([("t", 0, 0)]))).records  # fmt: skip
+
+    expiring = fetch.begin_grpc(harness.ctx, fetch_request([("t", 0, 2)], max_wait_ms=30))
+    assert isinstance(expiring, fetch.PendingFetch)
+    assert expiring.op.wait(10)
+    assert expiring.op.expired
+    assert expiring.op.ready_bytes == 0

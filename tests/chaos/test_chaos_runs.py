@@ -28,9 +28,11 @@ import pytest
 from chaos.backends import Backend, Capability, NodeState
 from chaos.backends.local import LocalBackend, plan_on_free_ports
 from chaos.backends.netcut import COMMENT_PREFIX
-from chaos.faults import PARTITION_KINDS, Timing
+from chaos.faults import PARTITION_KINDS, Episode, Nemesis, Timing, broker_view
+from chaos.history import History
 from chaos.runner import RunConfig, RunResult, cluster_configs, run
 from controller.launcher import wait_until
+from odradek import Admin, NewTopic
 from proto import broker_pb2, broker_pb2_grpc
 
 pytestmark = pytest.mark.chaos
@@ -140,6 +142,41 @@ def test_isolation_cuts_links_and_heal_restores_them(backend: LocalBackend) -> N
             wait_until(lambda: fenced() == [], 30.0, "broker-2 back")
         finally:
             backend.heal_network()
+
+
+def test_a_broker_on_a_stale_image_is_not_a_recovery(backend: LocalBackend, tmp_path: Path) -> None:
+    """broker-0 cut off from every controller (the other brokers and the clients still reach it) keeps
+    answering from its metadata image of before the cut, in which all is well; the others see it fenced. The
+    harness's recovery check must not believe it (it once did, and drained the consumers to the end offsets
+    of a deposed leader: unseen-write anomalies), and must see the cluster healthy again after the heal."""
+    topic = "chaos-stale-image"
+    admin = Admin({"bootstrap.servers": backend.bootstrap_servers, "request.timeout.ms": 5000,
+                   "default.api.timeout.ms": 10000})  # fmt: skip
+    history = History(tmp_path / "history.jsonl")
+    addresses = {n.name: n.address for n in backend.nodes()}
+    try:
+        admin.create_topics([NewTopic(topic, 2, 3, config={"min.insync.replicas": "2"})])
+        nemesis = Nemesis(backend, history, admin, topic, 2, out=lambda _: None)
+        assert nemesis.wait_recovered(Episode(0, "stale-image", 0.0, 0.0, 0.0, 0.0), 60.0)
+        controllers = [n.name for n in backend.nodes() if n.role == "controller"]
+        backend.partition(["broker-0"], controllers)
+        try:
+
+            def stale() -> bool:
+                own, other = broker_view(addresses["broker-0"], topic), broker_view(addresses["broker-1"], topic)
+                assert not isinstance(own, str), own
+                assert not isinstance(other, str), other
+                return 0 in own.unfenced and 0 not in other.unfenced and own.metadata_offset < other.metadata_offset
+
+            wait_until(stale, 30.0, "broker-0 fenced in the others' view, not in its own")
+            problems = [nemesis.healthy() for _ in range(30)]
+            assert None not in problems, problems
+        finally:
+            backend.heal_network()
+        assert nemesis.wait_recovered(Episode(1, "stale-image", 0.0, 0.0, 0.0, 0.0), 60.0)
+    finally:
+        history.close()
+        admin.close()
 
 
 def test_backend_states(backend: LocalBackend) -> None:

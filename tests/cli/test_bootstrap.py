@@ -1,5 +1,5 @@
 """Where client commands find the cluster: --bootstrap-servers, then $ODRADEK_BOOTSTRAP_SERVERS, then the
-address ``odradek up`` recorded last (INTERFACE.md, "Command line")."""
+address ``odradek up`` recorded last (docs/INTERFACE.md, "Command line")."""
 
 from __future__ import annotations
 

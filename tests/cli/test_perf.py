@@ -1,5 +1,5 @@
 """``odradek perf produce|consume|e2e --json`` on a small N against ``odradek up --controllers 1 --brokers 1``:
-the last stdout line is one JSON object with the keys INTERFACE.md names; progress goes to stderr."""
+the last stdout line is one JSON object with the keys docs/INTERFACE.md names; progress goes to stderr."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``odradek perf``'s bookkeeping: nearest-rank percentiles on known inputs, Kafka's summary line, the
-JSON document's keys (INTERFACE.md), progress windows and the throttle, on a fake clock."""
+JSON document's keys (docs/INTERFACE.md), progress windows and the throttle, on a fake clock."""
 
 from __future__ import annotations
 

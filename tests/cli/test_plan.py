@@ -1,4 +1,4 @@
-"""``odradek up``'s layout: the port plan, cluster.json's shape (INTERFACE.md), restarts from it, the
+"""``odradek up``'s layout: the port plan, cluster.json's shape (docs/INTERFACE.md), restarts from it, the
 children's command lines, the cluster secret and the one-``up``-per-data-dir lock."""
 
 from __future__ import annotations

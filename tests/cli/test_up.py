@@ -1,6 +1,6 @@
 """``odradek up`` and the client commands against it, as real processes on 127.0.0.1.
 
-The lifecycle (INTERFACE.md): up writes cluster.json with live pids; ``cluster`` and ``topics`` find it
+The lifecycle (docs/INTERFACE.md): up writes cluster.json with live pids; ``cluster`` and ``topics`` find it
 by the address up recorded; lines go in through ``produce`` and come out of ``consume``; SIGTERM stops
 every child; up on the same DIR brings the same cluster back with its data; a SIGKILLed up takes its
 children down too (PR_SET_PDEATHSIG).

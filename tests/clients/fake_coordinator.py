@@ -199,6 +199,9 @@ class FakeCoordinator:
     def ListGroups(self, node_id: int, request: Any) -> broker_pb2.ListGroupsResponse:
         if node_id != self.node:
             return broker_pb2.ListGroupsResponse()
+        code = self._injected("ListGroups")
+        if code:
+            return broker_pb2.ListGroupsResponse(error=_error(code, "injected"))
         return broker_pb2.ListGroupsResponse(
             groups=[
                 broker_pb2.ListGroupsResponse.Group(
@@ -213,10 +216,11 @@ class FakeCoordinator:
 
     def ConsumerGroupDescribe(self, node_id: int, request: Any) -> broker_pb2.ConsumerGroupDescribeResponse:
         out = []
+        injected = self._injected("ConsumerGroupDescribe") if node_id == self.node else ""
         for group_id in request.group_ids:
             group = self.groups.get(group_id)
-            if node_id != self.node or group is None:
-                code = "NOT_COORDINATOR" if node_id != self.node else "GROUP_ID_NOT_FOUND"
+            if node_id != self.node or group is None or injected:
+                code = injected or ("NOT_COORDINATOR" if node_id != self.node else "GROUP_ID_NOT_FOUND")
                 out.append(broker_pb2.ConsumerGroupDescribeResponse.Group(group_id=group_id, error=_error(code)))
                 continue
             members = []
@@ -252,11 +256,14 @@ class FakeCoordinator:
 
     def DeleteGroups(self, node_id: int, request: Any) -> broker_pb2.DeleteGroupsResponse:
         results = []
+        injected = self._injected("DeleteGroups") if node_id == self.node else ""
         for group_id in request.group_ids:
             group = self.groups.get(group_id)
             code = ""
             if node_id != self.node:
                 code = "NOT_COORDINATOR"
+            elif injected:
+                code = injected
             elif group is None:
                 code = "GROUP_ID_NOT_FOUND"
             elif group.members:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from odradek import Admin, TopicPartition
-from odradek.errors import GroupIdNotFoundError, NonEmptyGroupError
+from odradek.errors import GroupIdNotFoundError, InvalidRequestError, KafkaTimeoutError, NonEmptyGroupError
 from odradek.types import PartitionLag
 from tests.clients.fake_broker import FakeCluster
 from tests.clients.fake_coordinator import FakeCoordinator, FakeMember
@@ -93,3 +94,47 @@ def test_reset_is_refused_while_the_group_has_members(setup: tuple[FakeCluster, 
     coordinator.group("g").members.clear()
     with pytest.raises(ValueError, match="time zone"):
         admin.reset_group_offsets("g", [T0], dt.datetime(2020, 1, 1), execute=False)
+
+
+COORDINATOR_ERRORS = ("COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR")
+
+
+def test_coordinator_errors_are_retried(setup: tuple[FakeCluster, FakeCoordinator, Admin]) -> None:
+    """COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE and NOT_COORDINATOR are retriable (as in Kafka):
+    every group call answers once the coordinator does."""
+    _, coordinator, admin = setup
+    coordinator.group("billing").offsets = {T0: 7}
+    coordinator.group("old")
+    coordinator.inject("FindCoordinator", "COORDINATOR_NOT_AVAILABLE")
+    coordinator.inject("ListGroups", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE")
+    assert [g.group_id for g in admin.list_groups()] == ["billing", "old"]
+    for rpc in ("ConsumerGroupDescribe", "OffsetFetch", "OffsetCommit", "DeleteGroups"):
+        coordinator.inject(rpc, *COORDINATOR_ERRORS)
+    described = admin.describe_group("billing")
+    assert (described.state, described.coordinator_id) == ("Empty", 2)
+    assert admin.list_group_offsets("billing") == {T0: 7}
+    admin.alter_group_offsets("billing", {T0: 3})
+    assert coordinator.groups["billing"].offsets == {T0: 3}
+    admin.delete_groups(["old"])
+    assert "old" not in coordinator.groups
+    assert not any(coordinator.errors.values()), "every injected error was answered (and retried)"
+
+
+def test_a_coordinator_that_stays_unavailable_times_out_and_other_errors_fail_at_once(
+    make_cluster: Callable[..., FakeCluster],
+) -> None:
+    cluster = make_cluster((1, 2))
+    cluster.groups = coordinator = FakeCoordinator(cluster.topics, node=2)
+    coordinator.group("g")
+    config = {"bootstrap.servers": cluster.bootstrap, "retry.backoff.ms": 10, "default.api.timeout.ms": 300}
+    with Admin(config) as admin:
+        coordinator.inject("ListGroups", *["COORDINATOR_LOAD_IN_PROGRESS"] * 1000)
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError, match="COORDINATOR_LOAD_IN_PROGRESS"):
+            admin.list_groups()
+        assert time.monotonic() - started < 5, "bounded by default.api.timeout.ms"
+        coordinator.errors.clear()
+        coordinator.inject("ListGroups", "INVALID_REQUEST", "COORDINATOR_LOAD_IN_PROGRESS")
+        with pytest.raises(InvalidRequestError):
+            admin.list_groups()
+        assert list(coordinator.errors["ListGroups"]) == ["COORDINATOR_LOAD_IN_PROGRESS"], "not retried"

@@ -201,6 +201,30 @@ def test_coordinator_errors_are_retried(groups: tuple[FakeCluster, FakeCoordinat
         assert coordinator.groups["g"].offsets == {T[0]: 0}
 
 
+def test_every_coordinator_error_is_retried_by_commits_and_offset_fetches(
+    groups: tuple[FakeCluster, FakeCoordinator],
+) -> None:
+    """COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE and NOT_COORDINATOR (Kafka's retriable coordinator
+    errors) on each group call: the consumer backs off and retries (rediscovering the coordinator), never fails."""
+    cluster, coordinator = groups
+    codes = ("COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR")
+    for tp in T:
+        fill(cluster, tp, 3)
+    coordinator.group("g").offsets[T[2]] = 1
+    coordinator.inject("FindCoordinator", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS")
+    for rpc in ("ConsumerGroupHeartbeat", "OffsetFetch", "OffsetCommit"):
+        coordinator.inject(rpc, *codes)
+    with member(cluster) as c:
+        c.subscribe(["t"])
+        poll_until([c], lambda: len(c.assignment()) == 4 and all(c.position(tp) is not None for tp in T))
+        assert c.position(T[2]) == 1  # from the committed offset, fetched through the errors
+        c.commit({T[0]: 2})
+        assert coordinator.groups["g"].offsets == {T[0]: 2, T[2]: 1}
+        coordinator.inject("OffsetFetch", *codes)
+        assert c.committed(T[0]) == 2
+    assert not any(coordinator.errors.values()), "every injected error was answered (and retried)"
+
+
 def test_a_commit_from_a_former_member_fails(groups: tuple[FakeCluster, FakeCoordinator]) -> None:
     cluster, coordinator = groups
     with member(cluster) as c:

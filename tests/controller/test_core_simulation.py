@@ -1,4 +1,4 @@
-"""A seeded simulation of the pure core (STYLE.md §9): random brokers, heartbeats, clock jumps, topics,
+"""A seeded simulation of the pure core (docs/CONVENTIONS.md §9): random brokers, heartbeats, clock jumps, topics,
 ISR changes and elections, with the invariants checked after every committed decision.
 
 A failure prints its seed; ``SIM_SEEDS`` below replays it. Every record is also replayed by

@@ -410,3 +410,50 @@ def test_a_burst_from_many_threads_commits_without_an_election(cluster: Callable
         b"t%d-%d-%d" % (w, i, j) for w in range(16) for i in range(25) for j in range(5)
     )
     assert active.status().raft_term == term
+
+
+def test_followers_keep_every_entry_they_acknowledged_while_the_leader_resends(
+    cluster: Callable[..., Cluster],
+) -> None:
+    """Big entries, so that an append_entries of pysyncobj carries only a few (appendEntriesBatchSizeBytes):
+    its leader re-sends a prefix of what a follower holds after nearly every acknowledgement (it moves
+    next_index back while later entries are in flight). The log a node votes with must never get shorter
+    while the leader stays: that would drop entries it acknowledged, even committed ones (a leader crash
+    could then elect a node without them). Checked at every tick of every node, where elections start."""
+    tuning = QuorumTuning(max_append_bytes=100_000, max_records_per_append=1)
+    c = cluster(tuning=tuning).start_all()
+    active = c.active()
+    term = active.status().raft_term
+    shrinks: list[tuple[int, int, int]] = []
+
+    def watch(node: MetadataQuorum) -> None:
+        journal, raft = node._journal, node._raft
+        assert journal is not None
+        last = [journal[-1][1]]
+
+        def check() -> None:  # on the node's Raft thread, between two rounds of messages
+            now = journal[-1][1]
+            if now < last[0]:
+                shrinks.append((node.node_id, last[0], now))
+            last[0] = now
+
+        raft.addOnTickCallback(check)
+
+    for node in c.nodes.values():
+        watch(node)
+    results: list[AppendResult] = []
+
+    def writer(w: int) -> None:
+        for i in range(8):
+            results.append(active.append([b"%d-%d-" % (w, i) + b"x" * 99_990], timeout_s=30))
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 128
+    assert all(r.ok for r in results)
+    assert len(data(c.converged())) == 128
+    assert active.status().raft_term == term, "an election: the check is only meaningful under one leader"
+    assert not shrinks, f"(node, last index before, after) of logs that got shorter: {shrinks}"

@@ -84,18 +84,19 @@ def test_foreign_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_resent_entries_do_not_touch_the_file(tmp_path: Path) -> None:
-    """deleteEntriesFrom + add of the same entries (pysyncobj's re-send) leaves the file unchanged."""
+    """deleteEntriesFrom + add of some of the same entries (pysyncobj's re-send of a prefix) deletes
+    nothing: not the re-sent entries, not the ones after them, not in the file."""
     journal = filled(tmp_path / "j", 6)
     journal.flush()
     before = (tmp_path / "j").read_bytes()
-    journal.deleteEntriesFrom(2)  # entries 3..6 detached
-    assert len(journal) == 2
+    journal.deleteEntriesFrom(2)  # pysyncobj: prevLogIdx 2, entries 3 and 4
+    assert list(journal[:]) == [entry(i) for i in range(1, 7)]
     for i in (3, 4):
         journal.add(*entry(i))
+    assert list(journal[:]) == [entry(i) for i in range(1, 7)]
     journal.flush()
     assert journal.fsync_count == 1  # nothing new to sync
     assert (tmp_path / "j").read_bytes() == before
-    # Entries 5, 6 were never contradicted: still in the file, back after a restart.
     again = reopen(journal)
     assert list(again[:]) == [entry(i) for i in range(1, 7)]
     again._destroy()
@@ -104,10 +105,12 @@ def test_resent_entries_do_not_touch_the_file(tmp_path: Path) -> None:
 def test_conflicting_entry_really_truncates(tmp_path: Path) -> None:
     """Raft AppendEntries step 3: an entry that conflicts deletes it and all that follow it."""
     journal = filled(tmp_path / "j", 6)
-    journal.deleteEntriesFrom(3)  # 4..6 detached
+    journal.deleteEntriesFrom(3)  # pysyncobj: prevLogIdx 3, entries from 4
     journal.add(*entry(4, term=2))
+    assert list(journal[:]) == [entry(1), entry(2), entry(3), entry(4, term=2)]
+    journal.add(*entry(5, term=2))
     again = reopen(journal)
-    assert list(again[:]) == [entry(1), entry(2), entry(3), entry(4, term=2)]
+    assert list(again[:]) == [entry(1), entry(2), entry(3), entry(4, term=2), entry(5, term=2)]
     again._destroy()
 
 

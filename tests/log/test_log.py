@@ -505,7 +505,7 @@ def test_offset_for_timestamp_survives_restarts(open_log: OpenLog, clock: Manual
 
 
 def test_a_failed_write_is_cut_back(open_log: OpenLog, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A disk error in the middle of a write leaves the log as it was (STYLE.md: bad input never corrupts)."""
+    """A disk error in the middle of a write leaves the log as it was (docs/CONVENTIONS.md §12)."""
     log = open_log()
     log.append(make_batch([b"before"]))
     size = log.size_bytes

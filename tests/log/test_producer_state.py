@@ -30,6 +30,7 @@ from log.producer_state_file import (
     write_snapshot,
 )
 from log.record import build_batch, iter_batches, parse_header
+from log.record.control import CONTROL_TYPE_COMMIT, EndTransactionMarker, build_marker_batch
 from log.record.header import BatchHeader
 
 START_MS = 1_700_000_000_000
@@ -54,8 +55,9 @@ def test_s1_producer_fields_must_be_complete() -> None:
     state = ProducerStateManager()
     with pytest.raises(InvalidRecordError, match="producer epoch -1"):
         state.check_append([header(7, -1, 0)])
-    with pytest.raises(InvalidRecordError, match="transactions are not supported"):
-        state.check_append([header(7, 0, 0, txn=True)])
+    marker = parse_header(build_marker_batch(7, 0, EndTransactionMarker(CONTROL_TYPE_COMMIT, 0), START_MS))
+    with pytest.raises(InvalidRecordError, match="only the transaction coordinator writes markers"):
+        state.check_append([marker])
 
 
 def test_s3_an_unknown_producer_starts_at_sequence_zero() -> None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from log.errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError, LogError
 from log.record import GZIP, LZ4, NONE, ZSTD, BatchBuilder, assemble_batch, build_batch, read_batch
-from log.record.header import HEADER_SIZE, validate_batch
+from log.record.header import ATTR_TRANSACTIONAL, HEADER_SIZE, validate_batch
 from log.record.validator import RecordPolicy, validate_producer_batch
 from tests.log.test_record_codec import RECORDS_COUNT_OFFSET, recrc
 
@@ -85,15 +85,20 @@ def test_what_the_leader_accepts_every_reader_decodes(codec: int, items: list[It
     assert [r.offset for r in decoded] == list(range(len(items)))
 
 
-def test_v1_control_and_transactional_batches_are_refused() -> None:
+def test_v1_control_batches_and_transactional_ones_without_a_producer_are_refused() -> None:
     control = BatchBuilder(producer_id=5, producer_epoch=0, base_sequence=0, is_control=True)
     control.append(TS, b"\x00\x00\x00\x01", b"")
     with pytest.raises(InvalidRecordError, match="control batch"):
         validate(control.build())
     txn = BatchBuilder(producer_id=5, producer_epoch=0, base_sequence=0, is_transactional=True)
     txn.append(TS, None, b"v")
-    with pytest.raises(InvalidRecordError, match="transactional"):
-        validate(txn.build())
+    validate(txn.build())  # the producer state decides whether it may be written (S10, S11)
+    records = build_batch([b"v"], timestamp_ms=TS)[HEADER_SIZE:]
+    orphan = assemble_batch(records, compression=0, attributes=ATTR_TRANSACTIONAL, base_offset=0,
+                            partition_leader_epoch=-1, last_offset_delta=0, base_timestamp=TS, max_timestamp=TS,
+                            producer_id=-1, producer_epoch=-1, base_sequence=-1, records_count=1)  # fmt: skip
+    with pytest.raises(InvalidRecordError, match="transactional without a producer id"):
+        validate(orphan)
 
 
 @pytest.mark.parametrize(

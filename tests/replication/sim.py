@@ -1,4 +1,4 @@
-"""A seeded simulation of one partition's three replicas and the controller's decisions (STYLE.md §9).
+"""A seeded simulation of one partition's three replicas and the controller's decisions (docs/CONVENTIONS.md §9).
 
 The replicas run the pure cores of ``replication`` -- :class:`HighWatermark` (HW1-HW8), :class:`IsrState` and
 the ISR rules (ISR1-ISR6), :class:`LeaderEpochCache` (EC1-EC5) and the truncation decision (TR1-TR7) -- over

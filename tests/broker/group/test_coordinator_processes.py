@@ -24,6 +24,10 @@ GROUP_CONFIG = {
     "group.consumer.min.session.timeout.ms": "1000",
 }
 WAIT_S = 30.0
+# Kafka's retriable coordinator errors: the coordinator's broker has not taken up its ``__consumer_offsets``
+# partition yet (its metadata lags the broker that answered FindCoordinator), is still loading it, or no
+# longer leads it. A Kafka consumer backs off and retries them (rediscovering the coordinator for the last two).
+RETRIABLE = frozenset({"COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"})
 
 
 def find_coordinator(cluster: Cluster, group: str, via: int = 0) -> pb.FindCoordinatorResponse.Coordinator:
@@ -84,11 +88,16 @@ class Member:
 
 
 def settle(cluster: Cluster, stub: Any, members: list[Member], expected: int) -> None:
-    """Heartbeat every member until their owned partitions split the ``expected`` partitions exactly."""
+    """Heartbeat every member until their owned partitions split the ``expected`` partitions exactly.
+
+    The coordinator's retriable answers (:data:`RETRIABLE`) are retried until the wait's deadline, as a Kafka
+    consumer retries them; any other error fails at once."""
 
     def split() -> bool:
         for m in members:
             answer = m.heartbeat(stub)
+            if answer.error.code in RETRIABLE:  # as a Kafka consumer: back off, try again (bounded by the wait)
+                return False
             assert not answer.error.code, answer.error
         sets = [m.owned for m in members]
         union = set().union(*sets)
@@ -184,9 +193,16 @@ def test_coordinator_failover_keeps_offsets_and_members(tmp_path: Path) -> None:
         cluster.create_topic("orders", partitions=4, replication_factor=3)
         c = find_coordinator(cluster, "billing")
         number = partition_for("billing", 3)
-        cluster.wait_for(
-            lambda: len(cluster.partition_metadata("__consumer_offsets", number).isr) == 3, WAIT_S, "a full ISR"
-        )
+        # in the coordinator's own metadata: FindCoordinator answered from broker 0's, which may be ahead of it
+        # (and a new partition's ISR is full from its creation, so a full ISR in broker 0's view says nothing of
+        # whether the coordinator's broker has taken up its partition yet)
+        index = next(i for i, b in enumerate(cluster.brokers) if b.node_id == c.node_id)
+
+        def led_with_full_isr() -> bool:
+            topic = cluster.metadata(index, ["__consumer_offsets"]).topics[0]  # UNKNOWN_TOPIC_OR_PARTITION: none
+            return any(p.partition == number and p.leader == c.node_id and len(p.isr) == 3 for p in topic.partitions)
+
+        cluster.wait_for(led_with_full_isr, WAIT_S, "a full ISR, led by the coordinator, in its own metadata")
         stub = stub_of(cluster, c.node_id)
         members = [Member("billing", ["orders"]) for _ in range(2)]
         settle(cluster, stub, members, 4)

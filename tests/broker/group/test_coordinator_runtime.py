@@ -4,6 +4,7 @@ undo a failed write, load from the log, follow leadership. No threads: the test 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from broker.group.errors import GroupError
 from broker.group.model import Groups, replay
 from broker.group.records import decode_record
 from broker.group.shard import Heartbeat, OffsetCommit
+from broker.handlers import list_groups
 from broker.metadata_cache import MetadataCache
 from broker.purgatory import Purgatory
 from broker.replica_manager import ReplicaManager
@@ -22,6 +24,7 @@ from log.append import AppendInfo
 from log.clock import ManualClock
 from log.record.header import iter_batches, patch_base_offset
 from log.record.reader import iter_records
+from proto import broker_pb2 as pb
 from replication.errors import NotLeaderOrFollowerError
 from replication.partition import Role
 from tests.broker.group.helpers import CONFIG
@@ -173,3 +176,21 @@ def test_a_group_of_another_partition_or_no_offsets_topic_is_refused() -> None:
     with pytest.raises(GroupError) as exc:
         join(coordinator)
     assert exc.value.code == "COORDINATOR_NOT_AVAILABLE"
+
+
+def test_list_groups_answers_load_in_progress_while_a_partition_loads() -> None:
+    """As Kafka: a list without the loading partition's groups would look complete; the client retries."""
+    coordinator, partition = make()
+    ctx: Any = SimpleNamespace(coordinator=coordinator)
+    loaded(coordinator, partition)
+    join(coordinator)
+    assert [g.group_id for g in list_groups.handle(ctx, pb.ListGroupsRequest()).groups] == ["g"]
+    coordinator.on_partition(OFFSETS_TOPIC, 0, None)
+    partition.leader_epoch = 2
+    coordinator.on_partition(OFFSETS_TOPIC, 0, partition)  # type: ignore[arg-type]
+    answer = list_groups.handle(ctx, pb.ListGroupsRequest())
+    assert (answer.error.code, list(answer.groups)) == ("COORDINATOR_LOAD_IN_PROGRESS", [])
+    assert f"{OFFSETS_TOPIC}-0" in answer.error.message
+    coordinator._load(coordinator._shards[0])
+    answer = list_groups.handle(ctx, pb.ListGroupsRequest())
+    assert (answer.error.code, [g.group_id for g in answer.groups]) == ("", ["g"])

@@ -1,4 +1,4 @@
-"""A seeded simulation of the state machine with clients that follow PROTOCOL.md (STYLE.md §9).
+"""A seeded simulation of the state machine with clients that follow PROTOCOL.md (docs/CONVENTIONS.md §9).
 
 Clients join, heartbeat in random order, sometimes late (a lost turn), leave, crash (stop heartbeating
 until their session expires), come back (static ones replace their old member), commit, and some apply

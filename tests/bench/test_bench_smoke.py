@@ -1,0 +1,79 @@
+"""The comparison harness and the latency breakdown, run tiny (seconds) against real servers: they start
+and stop every server, and print complete, sane output. No speed is asserted (figures only)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.bench.breakdown import STAGES, TOTALS
+from tests.bench.compare import WORKLOADS
+from tests.bench.systems import find_binary
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SCALE = 0.01
+SYSTEMS = ("odradek-rf1", "nats-r1", "redis")
+BINARIES = {"nats-r1": "nats-server", "redis": "redis-server"}
+
+
+def run(module: str, args: list[str], timeout_s: float = 280) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout_s, check=False)  # fmt: skip
+
+
+def test_compare_runs_every_workload_on_every_system(tmp_path: Path) -> None:
+    out = tmp_path / "compare.json"
+    done = run("tests.bench.compare", ["--systems", ",".join(SYSTEMS), "--scale", str(SCALE), "--controllers", "1",
+                                       "--brokers", "1", "--json-out", str(out)])  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc: dict[str, Any] = json.loads(out.read_text())
+    by_key = {(r["workload"], r["system"]): r for r in doc["results"]}
+    assert set(by_key) == {(w, s) for w in WORKLOADS for s in SYSTEMS}
+    table = done.stdout
+    for system in SYSTEMS:
+        binary = BINARIES.get(system)
+        if binary is not None and find_binary(binary)[0] is None:
+            assert all(by_key[(w, system)]["error"].startswith("skipped: ") for w in WORKLOADS)
+            assert f"{system}: {binary} is not installed" in table
+            continue
+        for name, workload in WORKLOADS.items():
+            result = by_key[(name, system)]
+            assert result["error"] == "", result
+            check_document(result["doc"], workload.kind, workload.scaled(SCALE).records)
+            assert any(line.startswith(workload.scaled(SCALE).title) and system in line for line in table.splitlines())
+
+
+def check_document(doc: dict[str, Any], kind: str, records: int) -> None:
+    assert doc["records"] == records
+    assert doc["seconds"] > 0
+    assert doc["records_per_sec"] > 0
+    assert doc["mb_per_sec"] > 0
+    latencies = [doc["latency_ms"]] if kind == "produce" else []
+    if kind == "e2e":
+        latencies = [doc["latency_ms"], doc["ack_latency_ms"]]
+    for latency in latencies:
+        assert 0 < latency["p50"] <= latency["p99"] <= latency["p999"] <= latency["max"]
+    if kind == "consume":
+        assert "latency_ms" not in doc
+
+
+def test_breakdown_traces_every_stage(tmp_path: Path) -> None:
+    done = run("tests.bench.breakdown", ["--controllers", "1", "--brokers", "3", "--num-records", "300", "--rate",
+                                         "300"])  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    names = {name for name, _ in (*STAGES, *TOTALS)}
+    rows = {line[:50].rstrip(): line[50:].split() for line in done.stdout.splitlines() if line[:50].rstrip() in names}
+    assert set(rows) == names
+    for name, _ in TOTALS:
+        assert int(rows[name][0]) == 300, (name, rows[name])
+    for name, cells in rows.items():
+        count, p50, p99 = int(cells[0]), float(cells[1]), float(cells[2])
+        assert count > 0, name
+        assert 0 <= p50 <= p99, name
