@@ -32,7 +32,7 @@ import grpc.aio
 from controller.image import MetadataImage
 from controller.security.authorizer import Authorizer
 from controller.security.principal_rules import PrincipalMapper, PrincipalMappingError
-from controller.security.rules import Check, Rule, filter_groups, filter_metadata
+from controller.security.rules import Check, Rule, filter_groups, filter_metadata, filter_transactions
 from controller.security.token import TokenError, TokenSigner
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -132,6 +132,8 @@ def _post(method: str, request: Any, response: Any, check: Check | None) -> Any:
             filter_metadata(response, check, request.topics)
         elif method == "ListGroups":
             filter_groups(response, check)
+        elif method == "ListTransactions":
+            filter_transactions(response, check)
     return response
 
 

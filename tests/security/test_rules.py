@@ -61,6 +61,17 @@ BROKER_CASES: dict[str, tuple[Any, str, list[tuple[AclOperation, Rt, str]]]] = {
                     [(Op.DESCRIBE, Rt.GROUP, "g"), (Op.DESCRIBE, Rt.TOPIC, "t")]),
     "ConsumerGroupDescribe": (b.ConsumerGroupDescribeRequest(group_ids=["g"]), "GROUP", [(Op.DESCRIBE, Rt.GROUP, "g")]),
     "DeleteGroups": (b.DeleteGroupsRequest(group_ids=["g"]), "GROUP", [(Op.DELETE, Rt.GROUP, "g")]),
+    "AddPartitionsToTxn": (b.AddPartitionsToTxnRequest(transactional_id="tx", topics=[b.TopicPartitions(topic="t")]),
+                           "TRANSACTIONAL_ID", [(Op.WRITE, Rt.TRANSACTIONAL_ID, "tx"), (Op.WRITE, Rt.TOPIC, "t")]),
+    "AddOffsetsToTxn": (b.AddOffsetsToTxnRequest(transactional_id="tx", group_id="g"), "TRANSACTIONAL_ID",
+                        [(Op.WRITE, Rt.TRANSACTIONAL_ID, "tx"), (Op.READ, Rt.GROUP, "g")]),
+    "EndTxn": (b.EndTxnRequest(transactional_id="tx"), "TRANSACTIONAL_ID", [(Op.WRITE, Rt.TRANSACTIONAL_ID, "tx")]),
+    "TxnOffsetCommit": (b.TxnOffsetCommitRequest(transactional_id="tx", group_id="g", topics=[
+        b.OffsetCommitRequest.Topic(name="t")]), "TRANSACTIONAL_ID",
+        [(Op.WRITE, Rt.TRANSACTIONAL_ID, "tx"), (Op.READ, Rt.GROUP, "g"), (Op.READ, Rt.TOPIC, "t")]),
+    "WriteTxnMarkers": (b.WriteTxnMarkersRequest(), "CLUSTER", [(Op.CLUSTER_ACTION, *CLUSTER)]),
+    "DescribeTransactions": (b.DescribeTransactionsRequest(transactional_ids=["tx"]), "TRANSACTIONAL_ID",
+                             [(Op.DESCRIBE, Rt.TRANSACTIONAL_ID, "tx")]),
 }  # fmt: skip
 
 
@@ -69,7 +80,7 @@ def test_r1_every_rpc_has_a_rule() -> None:
     controller_rpcs = {m.name for m in c.DESCRIPTOR.services_by_name["Controller"].methods}
     assert set(BROKER_RULES) == broker_rpcs
     assert set(CONTROLLER_RULES) == controller_rpcs
-    unlisted = broker_rpcs - set(BROKER_CASES) - {"Metadata", "DescribeCluster", "ListGroups"}
+    unlisted = broker_rpcs - set(BROKER_CASES) - {"Metadata", "DescribeCluster", "ListGroups", "ListTransactions"}
     assert not unlisted, f"RPCs without a test case: {unlisted}"
 
 
@@ -110,6 +121,15 @@ def test_create_topics_by_cluster_create_and_idempotent_write_by_any_topic_write
     assert BROKER_RULES["CreateTopics"](create, check(allow(Op.CREATE, *CLUSTER))) is None
     assert BROKER_RULES["CreateTopics"](create, check(allow(Op.CREATE, Rt.TOPIC, "a"))) is not None  # R2: whole call
     assert BROKER_RULES["InitProducerId"](b.InitProducerIdRequest(), check(allow(Op.WRITE, Rt.TOPIC, "x"))) is None
+
+
+def test_every_kafka_api_has_a_rule() -> None:
+    """R1 for the Kafka-protocol listener: an API added to its table without a rule would close connections."""
+    from broker.kafka.apis import API_TABLE
+    from broker.kafka.security import KAFKA_RULES
+
+    missing = {api.name for key, api in API_TABLE.items() if not api.before_auth and key not in KAFKA_RULES}
+    assert not missing
 
 
 def test_r5_metadata_and_groups_filtered() -> None:
