@@ -143,14 +143,14 @@ def _abort_sync(context: Any, refused: Refused) -> None:
     context.abort(refused.status, f"{refused.code}: {refused}")
 
 
-STREAMED_AS = {"ReplicaFetch": "Fetch"}
-"""Streaming methods, and the unary method whose rule checks each of their requests (a follower's fetches on
-one stream are Fetches). Any other streaming method is refused (deny by default)."""
+STREAMS = frozenset({"ReplicaFetch"})
+"""The streaming methods served: each of their requests is checked by the method's rule (``ReplicaFetch``: a
+follower's fetches on one stream, each ruled as a Fetch). Any other streaming method is refused."""
 
 
 class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Wraps every handler of the listener with :class:`CallSecurity` (module docstring): a unary call is
-    checked once, each request of a stream of :data:`STREAMED_AS` as a call of its unary method."""
+    checked once, each request of a stream of :data:`STREAMS` by the stream's rule."""
 
     def __init__(self, security: CallSecurity) -> None:
         self._security = security
@@ -194,10 +194,9 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         )
 
     def _streamed(self, method: str, handler: Any) -> Any:
-        """A stream-stream handler whose every request is checked as a call of ``STREAMED_AS[method]`` before
-        the handler sees it (a refusal ends the stream); any other streaming method is refused."""
+        """A stream-stream handler whose every request is checked by ``method``'s rule before the handler sees
+        it (a refusal ends the stream); a streaming method not in :data:`STREAMS` is refused."""
         security = self._security
-        unary = STREAMED_AS.get(method)
         behavior = handler.stream_stream
 
         async def refuse(context: Any, refused: Refused) -> None:
@@ -206,7 +205,7 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             await context.abort(refused.status, f"{refused.code}: {refused}")
 
         async def checked_stream(request_iterator: Any, context: Any) -> Any:
-            if unary is None or behavior is None:
+            if method not in STREAMS or behavior is None:
                 await refuse(context, Refused(grpc.StatusCode.PERMISSION_DENIED, "CLUSTER_AUTHORIZATION_FAILED",
                                               f"{method}: no rule"))  # fmt: skip
                 return
@@ -214,7 +213,7 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             async def checked_requests() -> Any:
                 async for request in request_iterator:
                     try:
-                        security.check(unary, request, context)
+                        security.check(method, request, context)
                     except Refused as refused:
                         await refuse(context, refused)
                     yield request

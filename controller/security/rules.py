@@ -159,6 +159,7 @@ BROKER_RULES: Mapping[str, Rule] = {
     "Metadata": _no_requirement,  # R5: filtered by DESCRIBE
     "Produce": _produce,
     "Fetch": _replica_or(Op.READ, lambda r: [t.name for t in r.topics]),
+    "ReplicaFetch": _replica_or(Op.READ, lambda r: [t.name for t in r.topics]),  # per request of the stream, as Fetch
     "ListOffsets": _replica_or(Op.DESCRIBE, lambda r: [p.topic for p in r.partitions]),
     "OffsetsForLeaderEpoch": _replica_or(Op.DESCRIBE, lambda r: [p.topic for p in r.partitions]),
     "DescribeCluster": _no_requirement,  # Kafka's: any authenticated principal

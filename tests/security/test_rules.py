@@ -33,6 +33,8 @@ def check(*bindings: AclBinding) -> Check:
 BROKER_CASES: dict[str, tuple[Any, str, list[tuple[AclOperation, Rt, str]]]] = {
     "Produce": (b.ProduceRequest(topics=[b.ProduceTopicData(name="t")]), "TOPIC", [(Op.WRITE, Rt.TOPIC, "t")]),
     "Fetch": (b.FetchRequest(replica_id=-1, topics=[b.FetchTopic(name="t")]), "TOPIC", [(Op.READ, Rt.TOPIC, "t")]),
+    "ReplicaFetch": (b.FetchRequest(replica_id=-1, topics=[b.FetchTopic(name="t")]), "TOPIC",
+                     [(Op.READ, Rt.TOPIC, "t")]),  # each request of the stream
     "ListOffsets": (b.ListOffsetsRequest(replica_id=-1, partitions=[b.ListOffsetsPartition(topic="t")]), "TOPIC",
                     [(Op.DESCRIBE, Rt.TOPIC, "t")]),
     "OffsetsForLeaderEpoch": (b.OffsetsForLeaderEpochRequest(
@@ -100,10 +102,11 @@ def test_r2_refused_without_acls_then_allowed_by_the_named_ones(rpc: str) -> Non
 def test_r3_r4_broker_only_operations() -> None:
     follower = b.FetchRequest(replica_id=2, topics=[b.FetchTopic(name="t")])
     everything_on_t = check(allow(Op.ALL, Rt.TOPIC, "t"))
-    denial = BROKER_RULES["Fetch"](follower, everything_on_t)
-    assert denial is not None
-    assert denial.code == "CLUSTER_AUTHORIZATION_FAILED"
-    assert BROKER_RULES["Fetch"](follower, check(allow(Op.CLUSTER_ACTION, *CLUSTER))) is None
+    for fetch in ("Fetch", "ReplicaFetch"):
+        denial = BROKER_RULES[fetch](follower, everything_on_t)
+        assert denial is not None
+        assert denial.code == "CLUSTER_AUTHORIZATION_FAILED"
+        assert BROKER_RULES[fetch](follower, check(allow(Op.CLUSTER_ACTION, *CLUSTER))) is None
     broker = check(allow(Op.CLUSTER_ACTION, *CLUSTER))
     for rpc, request in (("RegisterBroker", c.RegisterBrokerRequest()), ("BrokerHeartbeat", c.BrokerHeartbeatRequest()),
                          ("AlterPartition", c.AlterPartitionRequest()), ("FetchMetadata", c.FetchMetadataRequest()),
