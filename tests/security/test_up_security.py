@@ -74,3 +74,15 @@ def test_up_with_security(mode: str, start_up: Callable[..., UpProcess], env: di
                        input=b"x\n")  # fmt: skip
         assert done.returncode != 0
         assert "AUTHORIZATION_FAILED" in done.stderr.decode()
+
+        # a restart keeps the CA, the certificates, the admin's password and the users
+        before = properties.read_text()
+        assert up.stop() == 0
+        again = start_up(restart=True, data_dir=up.data_dir)
+        assert again.wait_ready()["security"] == "sasl_ssl"
+        assert properties.read_text() == before
+        code, out, err = cli("consume", "orders", "--from-beginning", "--max-messages", "3", "--timeout-ms", "20000")
+        assert code == 0, err
+        assert sorted(out.split()) == ["one", "three", "two"]
+        done = odradek(["topics", "list", "--bootstrap-servers", servers, "--command-config", str(bob)], env)
+        assert done.returncode == 0, done.stderr
