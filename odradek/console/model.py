@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from odradek import Admin, NewTopic
-from odradek.security.channels import channel_credentials
-from odradek.security.config import SecurityConfig
 from odradek.errors import OdradekError
 from odradek.health import check_all
+from odradek.security.channels import channel_credentials
+from odradek.security.config import SecurityConfig
 from odradek.types import ConfigEntry, ConfigResource, GroupDescription, ReplicaLogDir
 
 HEALTH_TIMEOUT_S = 1.0
