@@ -137,32 +137,77 @@ def _post(method: str, request: Any, response: Any, check: Check | None) -> Any:
     return response
 
 
+def _refusing(handler: Any, method: str) -> Any:
+    """A handler of ``handler``'s kind that refuses every call (fail closed, R1)."""
+    details = f"CLUSTER_AUTHORIZATION_FAILED: {method} is not served checked"
+
+    async def refuse_unary(request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, details)
+
+    async def refuse_stream(request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, details)
+        yield  # an async generator, as a streaming handler must be
+
+    kinds = {
+        "unary_stream": grpc.unary_stream_rpc_method_handler,
+        "stream_unary": grpc.stream_unary_rpc_method_handler,
+        "stream_stream": grpc.stream_stream_rpc_method_handler,
+    }
+    for kind, make in kinds.items():
+        if getattr(handler, kind) is not None:
+            refuse = refuse_unary if kind == "stream_unary" else refuse_stream
+            return make(refuse, request_deserializer=handler.request_deserializer,
+                        response_serializer=handler.response_serializer)  # fmt: skip
+    return handler
+
+
 def _abort_sync(context: Any, refused: Refused) -> None:
     if refused.reauthenticate:
         context.set_trailing_metadata(((REAUTHENTICATE, "1"),))
     context.abort(refused.status, f"{refused.code}: {refused}")
 
 
-STREAMS = frozenset({"ReplicaFetch"})
-"""The streaming methods served: each of their requests is checked by the method's rule (``ReplicaFetch``: a
-follower's fetches on one stream, each ruled as a Fetch). Any other streaming method is refused."""
-
-
 class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Wraps every handler of the listener with :class:`CallSecurity` (module docstring): a unary call is
-    checked once, each request of a stream of :data:`STREAMS` by the stream's rule."""
+    checked once, each message of a request stream (ReplicaFetch) as its own request; any other kind of
+    handler is refused rather than served unchecked."""
 
     def __init__(self, security: CallSecurity) -> None:
         self._security = security
+
+    def _streaming(self, handler: Any, method: str) -> Any:
+        security = self._security
+        behavior = handler.stream_stream
+        if behavior is None or not inspect.isasyncgenfunction(behavior):
+            return _refusing(handler, method)  # no such RPC today: fail closed rather than serve it unchecked
+
+        async def checked_stream(request_iterator: Any, context: Any) -> Any:
+            async def checked_requests() -> Any:
+                async for request in request_iterator:
+                    try:
+                        security.check(method, request, context)
+                    except Refused as refused:
+                        if refused.reauthenticate:
+                            context.set_trailing_metadata(((REAUTHENTICATE, "1"),))
+                        await context.abort(refused.status, f"{refused.code}: {refused}")
+                    yield request
+
+            async for response in behavior(checked_requests(), context):
+                yield response
+
+        return grpc.stream_stream_rpc_method_handler(
+            checked_stream, request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )  # fmt: skip
 
     async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
         handler = await continuation(handler_call_details)
         full = handler_call_details.method
         if handler is None or full.startswith(OPEN_SERVICES):
             return handler
-        if handler.unary_unary is None:
-            return self._streamed(full.rsplit("/", 1)[-1], handler)
         method = full.rsplit("/", 1)[-1]
+        if handler.unary_unary is None:
+            return self._streaming(handler, method)
         behavior = handler.unary_unary
         security = self._security
 
@@ -192,36 +237,3 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return grpc.unary_unary_rpc_method_handler(
             wrapped, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
         )
-
-    def _streamed(self, method: str, handler: Any) -> Any:
-        """A stream-stream handler whose every request is checked by ``method``'s rule before the handler sees
-        it (a refusal ends the stream); a streaming method not in :data:`STREAMS` is refused."""
-        security = self._security
-        behavior = handler.stream_stream
-
-        async def refuse(context: Any, refused: Refused) -> None:
-            if refused.reauthenticate:
-                context.set_trailing_metadata(((REAUTHENTICATE, "1"),))
-            await context.abort(refused.status, f"{refused.code}: {refused}")
-
-        async def checked_stream(request_iterator: Any, context: Any) -> Any:
-            if method not in STREAMS or behavior is None:
-                await refuse(context, Refused(grpc.StatusCode.PERMISSION_DENIED, "CLUSTER_AUTHORIZATION_FAILED",
-                                              f"{method}: no rule"))  # fmt: skip
-                return
-
-            async def checked_requests() -> Any:
-                async for request in request_iterator:
-                    try:
-                        security.check(method, request, context)
-                    except Refused as refused:
-                        await refuse(context, refused)
-                    yield request
-
-            async for response in behavior(checked_requests(), context):
-                yield response
-
-        return grpc.stream_stream_rpc_method_handler(
-            checked_stream, request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )  # fmt: skip

@@ -159,7 +159,6 @@ BROKER_RULES: Mapping[str, Rule] = {
     "Metadata": _no_requirement,  # R5: filtered by DESCRIBE
     "Produce": _produce,
     "Fetch": _replica_or(Op.READ, lambda r: [t.name for t in r.topics]),
-    "ReplicaFetch": _replica_or(Op.READ, lambda r: [t.name for t in r.topics]),  # per request of the stream, as Fetch
     "ListOffsets": _replica_or(Op.DESCRIBE, lambda r: [p.topic for p in r.partitions]),
     "OffsetsForLeaderEpoch": _replica_or(Op.DESCRIBE, lambda r: [p.topic for p in r.partitions]),
     "DescribeCluster": _no_requirement,  # Kafka's: any authenticated principal
@@ -195,6 +194,7 @@ BROKER_RULES = {
     "EndTxn": _txn(),
     "TxnOffsetCommit": _txn(_group(Op.READ, Op.READ, lambda r: [t.name for t in r.topics])),
     "WriteTxnMarkers": _cluster(Op.CLUSTER_ACTION),  # R3: from transaction coordinators (brokers) only
+    "ReplicaFetch": BROKER_RULES["Fetch"],  # a stream of Fetch requests: each one checked as a Fetch
     "ListTransactions": _no_requirement,  # R5: filtered by DESCRIBE on each transactional id
     "DescribeTransactions": lambda req, check: check.need(Op.DESCRIBE, Rt.TRANSACTIONAL_ID,
                                                           list(req.transactional_ids)),
