@@ -2,7 +2,8 @@
 the broker itself).
 
 The broker runs with ``--advertised <proxy address>``, so clients that find it through Metadata connect to
-the proxy. Every call is forwarded as raw bytes (all Broker RPCs are unary); after :meth:`lose_answers`
+the proxy. Every unary call is forwarded as raw bytes; the followers' ``ReplicaFetch`` stream is not served
+(UNIMPLEMENTED: the followers then fetch with unary Fetch calls, ``broker.fetch_stream``); after :meth:`lose_answers`
 the next ``n`` Produce calls are forwarded, answered by the broker (the records are written), and then
 fail towards the client with UNAVAILABLE, as if the connection dropped before the answer arrived.
 
@@ -18,6 +19,7 @@ from typing import Any
 import grpc
 
 PRODUCE = "/odradek.broker.Broker/Produce"
+REPLICA_FETCH = "/odradek.broker.Broker/ReplicaFetch"
 
 
 class LossyProxy:
@@ -76,6 +78,8 @@ class _Handler(grpc.GenericRpcHandler):
 
     def service(self, handler_call_details: Any) -> Any:
         method = handler_call_details.method
+        if method == REPLICA_FETCH:
+            return None  # UNIMPLEMENTED (see the module docstring)
         return grpc.unary_unary_rpc_method_handler(
             lambda request, context: self._proxy.forward(method, request, context)
         )
