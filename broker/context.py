@@ -15,6 +15,8 @@ from proto import controller_pb2
 
 if TYPE_CHECKING:
     from broker.metrics import BrokerMetrics
+    from broker.txn.coordinator import TransactionCoordinator
+    from broker.txn.peers import BrokerPeers
 
 
 @dataclass(slots=True)
@@ -44,3 +46,5 @@ class BrokerContext:
     coordinator: GroupCoordinator | None = None  # None: no group coordinator (unit tests)
     metrics: BrokerMetrics | None = None  # None: metrics off (no --metrics-listen): no metrics work per request
     classic: Any = None  # broker.group.classic_driver.ClassicCoordinator; None: no classic groups (unit tests)
+    txn_coordinator: TransactionCoordinator | None = None  # None: no transaction coordinator (unit tests)
+    peers: BrokerPeers | None = None  # calls to other brokers (transactions); None: none (unit tests)

@@ -61,7 +61,7 @@ class Coordinator:
         self.asked: list[list[tuple[int, int]]] = []
         self.refuse = False
 
-    def __call__(self, producers: list[tuple[int, int]]) -> None:
+    def __call__(self, key: tuple[str, int], producers: list[tuple[int, int]]) -> None:
         self.asked.append(producers)
         if self.refuse:
             raise InvalidTxnStateError("not in the transaction")
@@ -100,7 +100,7 @@ def test_s11_a_verification_from_before_a_marker_is_void(tmp_path: Path) -> None
     p.append_as_leader(txn_batch(7, 0, [b"a"]), acks=1, verify=coordinator)
     p.append_marker(7, 0, ABORT)
 
-    def abort_meanwhile(producers: list[tuple[int, int]]) -> None:
+    def abort_meanwhile(key: tuple[str, int], producers: list[tuple[int, int]]) -> None:
         p.append_marker(7, 0, ABORT)  # the coordinator aborted while the leader was asking
 
     with pytest.raises(InvalidTxnStateError, match="no verified transaction"):
