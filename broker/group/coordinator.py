@@ -35,7 +35,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from broker.appends import AppendResult, PendingAppend
 from broker.group import errors as E
@@ -362,14 +362,20 @@ class GroupCoordinator:
     # --- transactional offsets ---------------------------------------------------------------------------
 
     def commit_txn_offsets(
-        self, commit: OffsetCommit, producer_id: int, producer_epoch: int, verify: Verifier | None
-    ) -> dict[tuple[str, int], str]:
+        self, commit: OffsetCommit, producer_id: int, producer_epoch: int, verify: Verifier | None,
+        classic: Any = None,
+    ) -> dict[tuple[str, int], str]:  # fmt: skip
         """TxnOffsetCommit: the per-partition errors; the valid offsets are written as the producer's
-        transactional batch and become the group's when its transaction commits (:meth:`on_txn_marker`)."""
+        transactional batch and become the group's when its transaction commits (:meth:`on_txn_marker`).
+        ``classic``: the classic groups' runtime, whose members are checked by generation."""
         shard = self._shard(commit.group_id)
         topics = self.topics()
         with shard.lock:
             self._check_current(shard)
+            if classic is not None and classic.groups_of(shard.core).check_commit(
+                commit.group_id, commit.member_id, commit.instance_id, commit.member_epoch
+            ):
+                commit = OffsetCommit(commit.group_id, "", -1, "", commit.offsets)  # a classic member, checked
             saved = shard.core.save([commit.group_id])
             try:
                 errors, records = shard.core.commit_offsets(commit, topics)  # checks the member, builds records

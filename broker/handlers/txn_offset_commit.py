@@ -32,7 +32,8 @@ def handle(ctx: BrokerContext, request: pb.TxnOffsetCommitRequest) -> pb.TxnOffs
         if ctx.coordinator is None:
             raise no_coordinator()
         verify = make_verifier(ctx, request.transactional_id)
-        errors = ctx.coordinator.commit_txn_offsets(commit, request.producer_id, request.producer_epoch, verify)
+        errors = ctx.coordinator.commit_txn_offsets(commit, request.producer_id, request.producer_epoch, verify,
+                                                    ctx.classic)  # fmt: skip
     except GroupError as exc:
         response.error.CopyFrom(group_error(exc))
         errors = {tp: exc.code for tp in offsets}
