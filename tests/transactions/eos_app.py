@@ -39,7 +39,8 @@ def main() -> int:
     deadline = time.monotonic() + args.deadline_s
     try:
         consumer.assign(tps)
-        producer.init_transactions()
+        producer.init_transactions()  # a previous instance's open transaction is aborted: its offsets too
+        _rewind(consumer, tps)  # from the group's committed offsets (assign() alone starts at auto.offset.reset)
         print("ready", flush=True)
         while time.monotonic() < deadline:
             if _consumed(consumer, tps) >= args.expect:

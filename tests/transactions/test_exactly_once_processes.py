@@ -45,6 +45,7 @@ class App:
         argv = [sys.executable, "-m", "tests.transactions.eos_app", "--bootstrap-servers", cluster.bootstrap_servers,
                 "--transactional-id", TXN_ID, "--expect", str(RECORDS), "--every", "20", "--pause-ms", "30"]
         self.err = open(root / f"{name}.err", "wb")  # noqa: SIM115 (closed by stop)
+        self.out_path = root / f"{name}.out"  # its stdout lines, written at stop (for a failure's post-mortem)
         self.popen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.err, env=env, text=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -81,7 +82,12 @@ class App:
             self.popen.send_signal(signal.SIGCONT)
             self.popen.kill()
             self.popen.wait(10)
+        self._reader.join(10)  # EOF once the process is gone
+        if self.popen.stdout is not None:
+            self.popen.stdout.close()
         self.err.close()
+        with self._cond:
+            self.out_path.write_text("\n".join(self.lines) + "\n")
 
 
 def coordinator_index(cluster: Cluster) -> int:
@@ -134,29 +140,31 @@ def test_exactly_once_through_kills_failovers_and_a_zombie(tmp_path: Path) -> No
             assert any(line.startswith("fenced") for line in zombie.lines)
             assert apps[-1].wait_exit(180) == 0, apps[-1].lines[-5:]
             assert apps[-1].lines[-1] == "done"
-            values = read_committed_output(cluster)
+            records = read_committed_output(cluster)
         finally:
             for app in apps:
                 app.stop()
+    values = [v for _, _, v in records]
     counts = collections.Counter(values)
     duplicates = [v for v, n in counts.items() if n > 1]
-    assert not duplicates, f"{len(duplicates)} results read more than once, e.g. {duplicates[:3]}"
+    where = {v: [(p, o) for p, o, w in records if w == v] for v in duplicates[:3]}
+    assert not duplicates, f"{len(duplicates)} results read more than once, e.g. at (partition, offset) {where}"
     expected = {f"k{i:05d}:V{i}".encode() for i in range(RECORDS)}
     assert set(counts) == expected, f"missing {len(expected - set(counts))}, unexpected {len(set(counts) - expected)}"
 
 
-def read_committed_output(cluster: Cluster) -> list[bytes]:
+def read_committed_output(cluster: Cluster) -> list[tuple[int, int, bytes]]:
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "isolation.level": "read_committed",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
     tps = [TopicPartition("out", p) for p in range(PARTITIONS)]
     consumer.assign(tps)
-    values: list[bytes] = []
+    values: list[tuple[int, int, bytes]] = []
     quiet_since = time.monotonic()
     deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline:
             batch = consumer.poll(300)
-            values.extend(r.value or b"" for r in batch)
+            values.extend((r.partition, r.offset, r.value or b"") for r in batch)
             if batch:
                 quiet_since = time.monotonic()
             elif len(values) >= RECORDS and time.monotonic() - quiet_since > 2:
