@@ -180,7 +180,12 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    server = BrokerServer(options)
+    from controller.configs import ConfigError
+
+    try:
+        server = BrokerServer(options)
+    except ConfigError as exc:  # a security setting (listener protocols, key material) that cannot work
+        raise CliError(f"broker {options.node_id} cannot start: {exc}") from None
     trace.set_role(f"broker-{options.node_id}")  # log.trace, with ODRADEK_LATENCY_TRACE set
     # a request thread woken by an append waits for the GIL up to this long while another thread computes
     sys.setswitchinterval(float(options.config.get("python.switch.interval.ms")) / 1000.0)

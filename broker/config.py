@@ -17,6 +17,9 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
     replica.fetch.max.bytes                        1048576      per partition, follower fetches
     replica.fetch.response.max.bytes               10485760     cap of a follower Fetch response
     replica.fetch.wait.max.ms                      500          followers' long poll
+    replica.fetch.stream.enable                    true         not Kafka's: followers send their fetches on one
+                                                                ReplicaFetch stream per leader (no call set-up
+                                                                per round); false: one Fetch call per round
     replica.fetch.min.bytes                        1
     replica.lag.time.max.ms                        30000        a follower slower than this leaves the ISR
     replica.high.watermark.checkpoint.interval.ms  5000         how often high watermarks are checkpointed
@@ -38,7 +41,8 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
                                                                 produces per purgatory; over it, answer at once
     fetch.inline.read.max.bytes                    262144       not Kafka's: a long-polling Fetch woken with at
                                                                 most this much to read reads it on the event
-                                                                loop (no hop to a worker and back); 0: never
+                                                                loop (no hop to a worker and back), as does a
+                                                                fetch with nothing to read yet; 0: never
     python.switch.interval.ms                      0.5          not Kafka's: the interpreter's thread switch
                                                                 interval (sys.setswitchinterval; Python's 5 ms
                                                                 lets a busy thread delay a woken request that long)
@@ -106,6 +110,7 @@ from controller.configs import (
 )
 from controller.image import MetadataImage
 from controller.records import ConfigResourceType
+from controller.security.settings import SECURITY_KEYS, is_listener_override
 from log.config import LogConfig
 from log.errors import InvalidConfigError
 
@@ -133,6 +138,7 @@ _BROKER_ONLY = [
     _key("replica.fetch.response.max.bytes", _INT, "10485760", 0),
     _key("replica.fetch.wait.max.ms", _INT, "500", 0),
     _key("replica.fetch.min.bytes", _INT, "1", 1),
+    _key("replica.fetch.stream.enable", _BOOL, "true"),
     _key("replica.lag.time.max.ms", _LONG, "30000", 1),
     _key("replica.high.watermark.checkpoint.interval.ms", _LONG, "5000", 1),
     _key("eligible.leader.replicas.enable", _BOOL, "true"),
@@ -186,7 +192,7 @@ _BROKER_ONLY = [
     _key("log.cleaner.io.buffer.size", _INT, "524288", 1),
     _key("log.cleaner.io.buffer.load.factor", ConfigType.DOUBLE, "0.9", 0.01, 1.0),
 ]
-BROKER_SCHEMA = ConfigSchema("broker", list(BROKER_CONFIGS.keys.values()) + _BROKER_ONLY)
+BROKER_SCHEMA = ConfigSchema("broker", list(BROKER_CONFIGS.keys.values()) + _BROKER_ONLY + SECURITY_KEYS)
 """Every key ``odradek broker --config`` accepts."""
 
 BROKER_TO_TOPIC_KEY: Mapping[str, str] = {b: t for t, b in TOPIC_TO_BROKER_KEY.items()}
@@ -213,7 +219,8 @@ class BrokerConfig:
             text = given.get(name, key.default)
             values[name] = None if text == _UNSET and name not in given else key.parse(text)
         for name in given:
-            BROKER_SCHEMA.key(name)  # unknown keys raise, naming the key
+            if not is_listener_override(name):  # listener.name.<name>.ssl.client.auth: checked by NodeSecurity
+                BROKER_SCHEMA.key(name)  # unknown keys raise, naming the key
         config = cls(given, values)
         config.log_config()  # a value that no log accepts fails now, not when the first partition opens
         return config

@@ -11,6 +11,7 @@ from broker.group.coordinator import GroupCoordinator
 from broker.metadata_cache import MetadataCache
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
+from controller.security.settings import NodeSecurity
 from proto import controller_pb2
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ class BrokerContext:
     producer_ids: ProducerIdManager | None = None  # None: no controller (unit tests); InitProducerId refuses
     coordinator: GroupCoordinator | None = None  # None: no group coordinator (unit tests)
     metrics: BrokerMetrics | None = None  # None: metrics off (no --metrics-listen): no metrics work per request
+    security: NodeSecurity = field(default_factory=NodeSecurity)  # listeners' protocols, TLS, authorizer
+    guard: Any = None  # controller.security.node.NodeGuard (SASL, authorizer); None: unit tests, no checks
     classic: Any = None  # broker.group.classic_driver.ClassicCoordinator; None: no classic groups (unit tests)
     txn_coordinator: TransactionCoordinator | None = None  # None: no transaction coordinator (unit tests)
     peers: BrokerPeers | None = None  # calls to other brokers (transactions); None: none (unit tests)

@@ -12,7 +12,13 @@ Two kinds of calls (proto/controller.proto):
   cut off would hang until its deadline) are cancelled and asked again of the new one.
 
 Unreachable controllers (gRPC errors) and hint-less NOT_CONTROLLER answers are retried with exponential
-backoff (50 ms doubling to 1 s) until the call's deadline; then :class:`ControllerUnavailableError`.
+backoff (50 ms doubling to 1 s) until the call's deadline; then :class:`ControllerUnavailableError`. A
+controller that did not answer (a gRPC error: refused, or the deadline passed, as behind a cut link) is a
+*suspect* for ``SUSPECT_S``: when the channel picks an address itself (no known active controller, no hint)
+it picks the others first. Otherwise a heartbeat whose active controller was cut off (its whole deadline
+spent there) could pick the same one again on its next try, and the new active controller fenced a broker
+that was on its own side of the partition (the session, ``broker.session.timeout.ms`` 2 s, is about two
+heartbeat deadlines). Hints are followed even to a suspect: the active controller may be slow, not gone.
 Every call has a deadline; :meth:`ControllerChannel.close` cancels calls in flight (a long poll too).
 """
 
@@ -28,6 +34,7 @@ from typing import Any
 import grpc
 
 from broker.errors import NOT_CONTROLLER, REQUEST_TIMED_OUT, BrokerError
+from controller.security.settings import open_channel
 from proto import controller_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -35,6 +42,7 @@ logger = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 << 20  # a metadata snapshot travels in one FetchMetadata answer
 _BACKOFF_START_S = 0.05
 _BACKOFF_MAX_S = 1.0
+SUSPECT_S = 5.0  # how long a controller that did not answer is picked last
 
 
 class ControllerUnavailableError(BrokerError):
@@ -56,7 +64,8 @@ class ControllerChannel:
     set of calls in flight, and the remembered active / reading addresses are single attribute writes.
     """
 
-    def __init__(self, addresses: Sequence[str]) -> None:
+    def __init__(self, addresses: Sequence[str], credentials: Any = None) -> None:
+        self._credentials = credentials  # grpc.ChannelCredentials of the controllers' listener; None: plaintext
         if not addresses:
             raise ValueError("at least one controller address is needed")
         self._addresses = list(dict.fromkeys(addresses))
@@ -69,6 +78,7 @@ class ControllerChannel:
         self._closed = False
         self.active: str | None = None  # the active controller, as last learned
         self._reader: str | None = None  # the controller that served the last read
+        self._suspects: dict[str, float] = {}  # address -> until when (monotonic) it is picked last
 
     @property
     def addresses(self) -> list[str]:
@@ -80,9 +90,10 @@ class ControllerChannel:
                 raise ChannelClosedError()
             stub = self._stubs.get(address)
             if stub is None:
-                channel = grpc.insecure_channel(
+                channel = open_channel(
                     address,
-                    options=[
+                    self._credentials,
+                    [
                         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                     ],
@@ -92,7 +103,20 @@ class ControllerChannel:
             return stub
 
     def _next_address(self) -> str:
-        return self._addresses[next(self._rotation) % len(self._addresses)]
+        """The next address in turn, suspects last (module docstring)."""
+        with self._lock:
+            start = next(self._rotation) % len(self._addresses)
+            picks = self._addresses[start:] + self._addresses[:start]
+            now = time.monotonic()
+            return next((a for a in picks if self._suspects.get(a, 0.0) <= now), picks[0])
+
+    def _suspect(self, address: str) -> None:
+        with self._lock:
+            self._suspects[address] = time.monotonic() + SUSPECT_S
+
+    def _cleared(self, address: str) -> None:
+        with self._lock:
+            self._suspects.pop(address, None)
 
     def call(self, method: str, request: Any, timeout_s: float, *, active: bool = True) -> Any:
         """Send ``request`` to the ``method`` of a controller; see the module docstring."""
@@ -158,11 +182,13 @@ class ControllerChannel:
         except grpc.RpcError as exc:
             if self._closed:
                 raise ChannelClosedError() from None
+            self._suspect(address)
             return None, f"{address}: {exc.code().name}", ""
         finally:
             with self._lock:
                 self._inflight.discard(future)
                 self._reads.pop(future, None)
+        self._cleared(address)
         if response.error.code == NOT_CONTROLLER:
             hint = response.controller.address if response.controller.node_id >= 0 else ""
             return None, f"{address}: NOT_CONTROLLER", hint if hint != address else ""

@@ -5,9 +5,11 @@ Each thread serves every partition this broker follows from one leader, in two p
 1. *truncating* -- after it became a follower in a leader epoch: ask the leader (OffsetsForLeaderEpoch, all
    such partitions in one request) where this replica's latest epoch ends, and truncate by the rules TR2-TR6
    of ``replication.truncation`` (asking again for TR4), never by the high watermark alone;
-2. *fetching* -- one long-polling Fetch (``replica.fetch.wait.max.ms``) for every fetching partition; the
-   records are appended as they are (offsets and epochs kept), the leader's high watermark is taken up to
-   the local log end, and each fetch reports this follower's position to the leader (HW4).
+2. *fetching* -- one long-polling Fetch (``replica.fetch.wait.max.ms``) for every fetching partition, sent
+   on the thread's ReplicaFetch stream (``broker.fetch_stream``; one unary Fetch call a round with
+   ``replica.fetch.stream.enable=false``); the records are appended as they are (offsets and epochs kept),
+   the leader's high watermark is taken up to the local log end, and each fetch reports this follower's
+   position to the leader (HW4).
 
 Errors: FENCED_LEADER_EPOCH waits for the metadata (the manager reassigns the partition with the new
 epoch); UNKNOWN_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER (the leader's metadata is behind ours) and other
@@ -37,10 +39,12 @@ import grpc
 
 from broker.config import BrokerConfig
 from broker.controller_channel import MAX_MESSAGE_BYTES
+from broker.fetch_stream import ReplicaFetchStream
 from broker.lifecycle import LISTENER
 from broker.log_manager import TopicPartition
 from broker.replica_manager import ReplicaManager
 from controller.image import MetadataImage
+from controller.security.settings import open_channel
 from log import trace
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
@@ -70,7 +74,7 @@ class ReplicaFetcherThread:
 
     def __init__(
         self, broker_id: int, source_id: int, address: str, replicas: ReplicaManager, config: BrokerConfig,
-        broker_epoch: Callable[[], int],
+        broker_epoch: Callable[[], int], credentials: Any = None,
     ) -> None:  # fmt: skip
         self.broker_id = broker_id
         self.source_id = source_id
@@ -85,8 +89,10 @@ class ReplicaFetcherThread:
         self._errors = 0  # errors in the current round (the fetcher thread's own)
         options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]  # fmt: skip
-        self._channel = grpc.insecure_channel(address, options=options)
+        self._channel = open_channel(address, credentials, options)  # TLS when the inter-broker listener is
         self._stub: Any = broker_pb2_grpc.BrokerStub(self._channel)  # type: ignore[no-untyped-call]
+        self._streaming = bool(config.get("replica.fetch.stream.enable"))
+        self._stream: ReplicaFetchStream | None = None  # the ReplicaFetch stream, made by the first fetch round
         self._thread = threading.Thread(target=self._run, name=f"fetcher-{broker_id}-from-{source_id}", daemon=True)
 
     def start(self) -> None:
@@ -95,6 +101,8 @@ class ReplicaFetcherThread:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        if self._stream is not None:
+            self._stream.close()
         self._channel.close()
         if self._thread.ident is not None:  # started
             self._thread.join(timeout=5.0)
@@ -212,7 +220,13 @@ class ReplicaFetcherThread:
             topics=[pb.FetchTopic(name=name, partitions=parts) for name, parts in topics.items()],
         )  # fmt: skip
         sent_ns = trace.now_ns() if trace.ON else 0
-        response = self._stub.Fetch(request, timeout=wait_ms / 1000.0 + RPC_SLACK_S)
+        timeout_s = wait_ms / 1000.0 + RPC_SLACK_S
+        if self._streaming:
+            if self._stream is None:
+                self._stream = ReplicaFetchStream(self._stub, self._thread.name)
+            response = self._stream.call(request, timeout_s)
+        else:
+            response = self._stub.Fetch(request, timeout=timeout_s)
         received_ns = trace.now_ns() if trace.ON else 0
         by_key = {key: (state, partition) for key, state, partition in work}
         for topic in response.topics:
@@ -261,9 +275,11 @@ class ReplicaFetcherManager:
     """The fetcher threads of this broker, one per leader it follows partitions from."""
 
     def __init__(
-        self, broker_id: int, replicas: ReplicaManager, config: BrokerConfig, broker_epoch: Callable[[], int]
-    ) -> None:
+        self, broker_id: int, replicas: ReplicaManager, config: BrokerConfig, broker_epoch: Callable[[], int],
+        credentials: Any = None,
+    ) -> None:  # fmt: skip
         self.broker_id = broker_id
+        self._credentials = credentials  # grpc.ChannelCredentials of the inter-broker listener; None: plaintext
         self._replicas = replicas
         self._config = config
         self._broker_epoch = broker_epoch
@@ -285,7 +301,8 @@ class ReplicaFetcherManager:
             address = inter_broker_address(image, source_id)
             if existing is None and address is not None:
                 existing = self._threads[source_id] = ReplicaFetcherThread(
-                    self.broker_id, source_id, address, self._replicas, self._config, self._broker_epoch
+                    self.broker_id, source_id, address, self._replicas, self._config, self._broker_epoch,
+                    self._credentials,
                 )
                 existing.start()
             if existing is not None:

@@ -72,6 +72,9 @@ from broker.txn.coordinator import TransactionCoordinator, TxnConfig
 from broker.txn.peers import BrokerPeers
 from broker.txn.state import TxnMetadata
 from controller.image import MetadataImage
+from controller.security.node import NodeGuard
+from controller.security.rules import BROKER_RULES
+from controller.security.settings import NodeSecurity
 from log.clock import Clock, SystemClock
 from proto import broker_pb2
 
@@ -143,8 +146,15 @@ class BrokerServer:
         self.log_manager = LogManager(options.data_dir, options.node_id, self.clock)
         self.replicas = ReplicaManager(options.node_id, config, self.log_manager, self.clock)
         self.metadata = MetadataCache()
-        self.channel = ControllerChannel(options.controllers)
-        self.ctx = BrokerContext(options.node_id, config, self.metadata, self.replicas, self.channel)
+        self.security = NodeSecurity.from_props(config.props)  # docs/SECURITY.md
+        for listener in options.all_listeners():
+            if not is_kafka_listener(listener.name):
+                self.security.check_listener(listener.name)
+        self.channel = ControllerChannel(options.controllers, self.security.controller_channel_credentials())
+        self.ctx = BrokerContext(
+            options.node_id, config, self.metadata, self.replicas, self.channel, security=self.security
+        )
+        self.ctx.guard = NodeGuard.build(self.security, lambda: self.metadata.image, BROKER_RULES)
         self.metrics: Any = None  # broker.metrics.BrokerMetrics with --metrics-listen
         if options.metrics_listen:
             from broker.metrics import BrokerMetrics
@@ -169,8 +179,9 @@ class BrokerServer:
         self.maintenance = LogMaintenance(self.replicas, config, self.clock)
         self.cleaner = make_log_cleaner(self.replicas, config, self.clock)
         self.fetchers = ReplicaFetcherManager(
-            options.node_id, self.replicas, config, lambda: self.lifecycle.broker_epoch
-        )
+            options.node_id, self.replicas, config, lambda: self.lifecycle.broker_epoch,
+            self.security.channel_credentials(self.security.protocol(LISTENER)),
+        )  # fmt: skip
         self.isr = IsrManager(
             options.node_id, self.replicas, self.channel, config, lambda: self.lifecycle.broker_epoch, self.metadata
         )

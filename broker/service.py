@@ -9,7 +9,8 @@ Thread-safety: the servicer holds no state of its own. Short RPCs run on the ser
 (``num.io.threads``); Fetch and Produce are coroutines on the server's event loop that wait (for data, for
 the ISR) without holding a worker (``controller.rpc_server``), so long polls cannot starve the short requests.
 Produce appends on the loop (a batch held for its turn goes to a worker); Fetch reads on a worker, except
-the small read after a wake-up (``fetch.inline.read.max.bytes``), which the loop does itself.
+the small read after a wake-up and the first read of a fetch with nothing to read yet
+(``fetch.inline.read.max.bytes``), which the loop does itself.
 """
 
 from __future__ import annotations
@@ -139,9 +140,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """A long poll: the first read runs on the worker pool, the wait holds no thread
         (``controller.rpc_server``); the read after the wait runs on the event loop when what woke it is at
         most ``fetch.inline.read.max.bytes`` (a record that just arrived: two thread switches saved on the
-        way of every replicated and consumed record), else on the pool."""
+        way of every replicated and consumed record), else on the pool. With ``fetch.inline.read.max.bytes``
+        above 0, a fetch with nothing to read yet (``fetch.nothing_to_read``: a caught-up follower reporting
+        its position) also runs its first read on the loop."""
         arrived = time.perf_counter()
-        started = await self._call_blocking(fetch.begin_grpc, request, context, fetch.handle, arrived)
+        if self._inline_read_max_bytes > 0 and fetch.nothing_to_read(self._ctx, request):
+            # caught up (a follower's report, a consumer at the high watermark): the read finds nothing, and
+            # the high watermark it may move completes the waiting produces on this loop, with no thread hop
+            started = await self._call_inline(fetch.begin_grpc, request, context, fetch.handle, arrived)
+        else:
+            started = await self._call_blocking(fetch.begin_grpc, request, context, fetch.handle, arrived)
         woke_ns = 0
         if isinstance(started, fetch.PendingFetch):
             op = started.op
@@ -158,6 +166,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             _trace_fetch(request, started, arrived, woke_ns)
         self._record(fetch.handle, request, started, arrived)
         return started
+
+    async def ReplicaFetch(self, request_iterator: Any, context: Any) -> Any:
+        """A follower's fetches on one stream, in lockstep: each request answered as :meth:`Fetch` answers it,
+        in order (the follower sends the next one after the answer). The stream ends when the follower
+        closes it, or at the first request that fails (INTERNAL, as Fetch)."""
+        async for request in request_iterator:
+            yield await self.Fetch(request, context)
 
     def _record(self, handler: Callable[..., Any], request: Any, response: Any, arrived: float) -> None:
         """The metrics of a request the coroutines above answered (``_call`` counts the others)."""
@@ -344,6 +359,8 @@ def start_grpc_server(
         holder.append(service)
         add_servicer: Any = broker_pb2_grpc.add_BrokerServicer_to_server  # generated code is untyped
         add_servicer(service, server)
+        if ctx.guard is not None:
+            ctx.guard.add_sasl(server, listener)
         if health is not None:
             health.add_to(server)
 
@@ -358,6 +375,8 @@ def start_grpc_server(
             ("grpc.max_send_message_length", send),
             ("grpc.so_reuseport", 0),
         ],
+        credentials=ctx.security.server_credentials(listener),
+        interceptors=ctx.guard.interceptors(listener) if ctx.guard is not None else (),
     )
     rpc.start()
     return rpc

@@ -8,8 +8,8 @@
 ``--quorum`` lists every voter's Raft address (like KRaft's ``controller.quorum.voters``);
 ``--controller-addresses`` lists their Controller gRPC addresses, so that a node that is not active can
 point callers at the one that is. The cluster secret authenticates Raft traffic: it comes from
-``--cluster-secret-file`` or ``$ODRADEK_CLUSTER_SECRET``; without one the node runs only if every Raft
-address is a loopback address (with a warning), and refuses otherwise. ``--metrics-listen`` serves the
+``--cluster-secret-file`` or ``$ODRADEK_CLUSTER_SECRET``; without one the node refuses to start (there is no
+loopback exception: another user of the machine could join the quorum). ``--metrics-listen`` serves the
 node's metrics for Prometheus (``controller.metrics``); every node also serves the gRPC health service.
 
 This module imports nothing heavy: the server (grpc, pysyncobj) is imported when the command runs.
@@ -52,6 +52,11 @@ def add_controller_parser(commands: Any) -> None:
         "broker.session.timeout.ms=9000",
     )  # fmt: skip
     parser.add_argument("--cluster-secret-file", metavar="PATH", help=f"the cluster secret (else ${SECRET_ENV_VAR})")
+    parser.add_argument(
+        "--create-cluster-secret", action="store_true",
+        help=f"unless ${SECRET_ENV_VAR} is set: create --cluster-secret-file with a random secret when it is missing "
+        "(controllers sharing the file's volume agree on one)",
+    )  # fmt: skip
     parser.add_argument(
         "--controller-addresses", metavar="ID@HOST:PORT,...", help="the voters' Controller gRPC addresses (hints)"
     )
@@ -111,9 +116,31 @@ def default_cluster_id(voters: dict[int, str]) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+def create_secret_file(path: str) -> None:
+    """Creates ``path`` with a random secret unless it exists; atomic, so that controllers starting together on
+    one shared volume all read the same secret (the first ``link`` wins, the others find the file)."""
+    import contextlib
+    import secrets
+
+    if os.path.exists(path):
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(32) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        with contextlib.suppress(FileExistsError):  # another controller made it first: use theirs
+            os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
+
+
 def load_secret(path: str | None, addresses: list[str]) -> tuple[str | None, bool]:
-    """``(secret, allow_insecure)``; :class:`CliError` when there is no secret and a Raft address is not
-    loopback."""
+    """``(secret, allow_insecure)``; :class:`CliError` when there is no secret (``addresses`` are named in
+    no exception: the Raft transport always needs the secret)."""
     from controller.raft.errors import InsecureConfigError
     from controller.raft.tuning import load_cluster_secret
 
@@ -123,19 +150,13 @@ def load_secret(path: str | None, addresses: list[str]) -> tuple[str | None, boo
         raise CliError(f"cannot read the cluster secret file {path}: {exc.strerror}") from None
     except InsecureConfigError as exc:
         raise CliError(str(exc)) from None
-    if secret is not None:
-        return secret, False
-    if not all(is_loopback(a) for a in addresses):
+    if secret is None:
+        # Issue 17: always, loopback included (another local user could otherwise join the quorum)
         raise CliError(
-            f"no cluster secret: set --cluster-secret-file or ${SECRET_ENV_VAR}; without one a controller runs "
-            "only when every Raft address is a loopback address"
+            f"no cluster secret: set --cluster-secret-file or ${SECRET_ENV_VAR}; the Raft transport always needs "
+            "one (odradek up makes DIR/cluster.secret)"
         )
-    print(
-        "odradek controller: WARNING: no cluster secret; the Raft port accepts unauthenticated peers "
-        "(allowed because every Raft address is loopback)",
-        file=sys.stderr,
-    )
-    return None, True
+    return secret, False
 
 
 def build_options(args: argparse.Namespace) -> Any:
@@ -151,12 +172,25 @@ def build_options(args: argparse.Namespace) -> Any:
     metrics_listen = parse_address(args.metrics_listen, "--metrics-listen") if args.metrics_listen else ""
     if raft_listen.rpartition(":")[2] != voters[args.node_id].rpartition(":")[2]:
         raise CliError(f"--raft-listen {raft_listen} and --quorum's {voters[args.node_id]} name different ports")
+    from controller.security.settings import SECURITY_KEY_NAMES, NodeSecurity
+
     try:
-        config = ControllerConfig.from_props(parse_key_values(args.config))
+        props = parse_key_values(args.config)
+        security = NodeSecurity.from_props(props)
+        config = ControllerConfig.from_props({k: v for k, v in props.items() if k not in SECURITY_KEY_NAMES})
+        security.check_listener(security.controller_listener)
     except ConfigError as exc:
         raise CliError(str(exc)) from None
     addresses = parse_id_map(args.controller_addresses, "--controller-addresses") if args.controller_addresses else {}
-    secret, insecure = load_secret(args.cluster_secret_file, [*voters.values(), raft_listen])
+    secret_file = args.cluster_secret_file
+    if args.create_cluster_secret:
+        if secret_file is None:
+            raise CliError("--create-cluster-secret needs --cluster-secret-file")
+        if os.environ.get(SECRET_ENV_VAR, "").strip():
+            secret_file = None  # the variable wins over the generated file
+        else:
+            create_secret_file(secret_file)
+    secret, insecure = load_secret(secret_file, [*voters.values(), raft_listen])
     return ServerOptions(
         node_id=args.node_id,
         listen=listen,
@@ -169,6 +203,7 @@ def build_options(args: argparse.Namespace) -> Any:
         controller_addresses=addresses,
         cluster_id=args.cluster_id or default_cluster_id(voters),
         metrics_listen=metrics_listen,
+        security=security,
     )
 
 

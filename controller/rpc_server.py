@@ -51,8 +51,12 @@ class RpcServer:
         workers: int,
         maximum_concurrent_rpcs: int,
         options: Sequence[tuple[str, Any]] = (),
+        credentials: grpc.ServerCredentials | None = None,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     ) -> None:
         self.name = name
+        self._credentials = credentials  # TLS (docs/SECURITY.md); None: plaintext
+        self._interceptors = list(interceptors)
         self.listen = listen
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-rpc")
         self._add_servicers = add_servicers
@@ -85,10 +89,14 @@ class RpcServer:
             migration_thread_pool=self.pool,
             options=self._options,
             maximum_concurrent_rpcs=self._maximum_concurrent_rpcs,
+            interceptors=self._interceptors,
         )
         self._add_servicers(server)
         try:
-            port = server.add_insecure_port(self.listen)
+            if self._credentials is None:
+                port = server.add_insecure_port(self.listen)
+            else:
+                port = server.add_secure_port(self.listen, self._credentials)
         except RuntimeError as exc:
             raise RuntimeError(f"cannot listen on {self.listen}: {exc}") from None
         if port == 0:

@@ -49,6 +49,9 @@ from controller.records import (
     decode_record,
     encode_record,
 )
+from controller.security.node import NodeGuard
+from controller.security.rules import CONTROLLER_RULES
+from controller.security.settings import NodeSecurity
 from controller.snapshot import decode_snapshot, encode_snapshot
 from proto import common_pb2
 
@@ -85,6 +88,7 @@ class ServerOptions:
     cluster_id: str = ""
     tuning: QuorumTuning | None = None
     metrics_listen: str = ""  # HOST:PORT of the /metrics endpoint ("": none)
+    security: NodeSecurity = dataclasses.field(default_factory=NodeSecurity)  # docs/SECURITY.md
 
 
 class SnapshotFolder:
@@ -201,6 +205,7 @@ class ControllerServer:
         addresses = {**options.controller_addresses, options.node_id: options.listen}
         self.stats = ControllerStats()  # read by controller.metrics at scrape time
         self.publisher = MetadataPublisher(addresses, self.stats)
+        self.guard = NodeGuard.build(options.security, lambda: self.publisher.image, CONTROLLER_RULES)
         self.quorum = MetadataQuorum(
             options.node_id,
             options.voters[options.node_id],

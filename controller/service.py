@@ -194,10 +194,12 @@ def start_grpc_server(server: ControllerServer, listen: str, *, health: HealthRe
     (more answer at once), and ``queued.max.requests`` more calls may be in progress besides them.
     """
     config = server.config
+    listener = server.options.security.controller_listener
 
     def add(grpc_server: Any) -> None:
         add_servicer: Any = controller_pb2_grpc.add_ControllerServicer_to_server  # generated code is untyped
         add_servicer(ControllerService(server, rpc.pool), grpc_server)
+        server.guard.add_sasl(grpc_server, listener)
         if health is not None:
             health.add_to(grpc_server)
 
@@ -212,6 +214,8 @@ def start_grpc_server(server: ControllerServer, listen: str, *, health: HealthRe
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
         ],
+        credentials=server.options.security.server_credentials(listener),
+        interceptors=server.guard.interceptors(listener),
     )
     rpc.start()
     return rpc

@@ -69,6 +69,7 @@ class Admin:
             retry_backoff_ms=cfg.retry_backoff_ms,
             retry_backoff_max_ms=cfg.retry_backoff_max_ms,
             metadata_max_age_ms=cfg.metadata_max_age_ms,
+            security=cfg.security,
             clock=self._clock,
         )
         self._closed = False

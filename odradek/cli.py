@@ -42,6 +42,7 @@ def _add_client_parsers(commands: Any) -> None:
     from odradek.cli_users import add_users_parser
     from odradek.console.cli import add_console_parser
     from odradek.health import add_health_parser
+    from odradek.launcher.secure import add_security_parser
     from odradek.launcher.up import add_up_parser
     from odradek.perf.cli import add_perf_parser
 
@@ -58,6 +59,7 @@ def _add_client_parsers(commands: Any) -> None:
     add_top_parser(commands)
     add_health_parser(commands)
     add_console_parser(commands)
+    add_security_parser(commands)
 
 
 def _add_server_parsers(commands: Any) -> None:
@@ -79,6 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
+        if hasattr(args, "command_config"):  # every client command (odradek.cli_support.add_bootstrap_option)
+            from odradek.cli_support import load_command_config
+
+            load_command_config(args.command_config)
         return handler(args)
     except CliError as exc:
         print(f"odradek: {exc}", file=sys.stderr)

@@ -60,7 +60,7 @@ def _row(node_id: int, address: str, width: int, status: str, health: Mapping[st
 
 
 def run(args: argparse.Namespace) -> int:
-    from odradek.health import check_all
+    from odradek.health import check_all, credentials_of
 
     servers = bootstrap_servers(args)
     with reaching(servers):
@@ -72,6 +72,6 @@ def run(args: argparse.Namespace) -> int:
     health = None
     if getattr(args, "health", True):
         health = check_all([n.address for n in cluster.controllers] + [b.address for b in cluster.brokers],
-                           timeout_s=2.0)  # fmt: skip
+                           timeout_s=2.0, credentials=credentials_of(args.command_config))  # fmt: skip
     print("\n".join(format_cluster(cluster, health)))
     return 0

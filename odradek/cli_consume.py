@@ -21,7 +21,14 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
 
-from odradek.cli_support import add_bootstrap_option, bootstrap_servers, parse_key_values, reaching, topic_partitions
+from odradek.cli_support import (
+    add_bootstrap_option,
+    bootstrap_servers,
+    parse_key_values,
+    reaching,
+    topic_partitions,
+    with_command_config,
+)
 from odradek.errors import CliError, ConfigError
 from odradek.progress import Progress, add_progress_option, wanted
 
@@ -80,7 +87,7 @@ def consumer_config(args: argparse.Namespace, servers: str) -> dict[str, object]
     if getattr(args, "isolation_level", None):
         config["isolation.level"] = args.isolation_level
     config.update(parse_key_values(args.consumer_config, "--consumer-config"))
-    return config
+    return with_command_config("consumer", config)
 
 
 def run(args: argparse.Namespace, out: IO[bytes] | None = None) -> int:

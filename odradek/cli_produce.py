@@ -23,6 +23,7 @@ from odradek.cli_support import (
     parse_key_values,
     reaching,
     topic_partitions,
+    with_command_config,
 )
 from odradek.errors import CliError, ConfigError, OdradekError
 
@@ -86,7 +87,7 @@ def producer_config(args: argparse.Namespace, servers: str) -> dict[str, object]
     if args.acks != "all" and args.acks != "-1":
         config["enable.idempotence"] = False
     config.update(parse_key_values(args.producer_config, "--producer-config"))
-    return config
+    return with_command_config("producer", config)
 
 
 def run(args: argparse.Namespace, stdin: IO[bytes] | None = None) -> int:

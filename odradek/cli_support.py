@@ -25,6 +25,41 @@ def add_bootstrap_option(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT[,...]",
         help=f"brokers to connect to (default: ${ENV_VAR}, else the address 'odradek up' wrote last)",
     )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="a Kafka .properties file of client configs (security.protocol, ssl.*, sasl.*, ...), as Kafka's tools",
+    )
+
+
+_COMMAND_CONFIG: dict[str, str] = {}  # the --command-config file of this command (one command per process)
+
+
+def load_command_config(path: str | None) -> None:
+    """Reads ``--command-config``: every key must be a client config (:class:`CliError` otherwise)."""
+    from odradek.config import ADMIN_KEYS, CONSUMER_KEYS, PRODUCER_KEYS
+    from odradek.security.config import load_properties
+
+    _COMMAND_CONFIG.clear()
+    if path is None:
+        return
+    try:
+        props = load_properties(path)
+    except ConfigError as exc:
+        raise CliError(f"--command-config: {exc}") from None
+    unknown = sorted(k for k in props if k not in PRODUCER_KEYS and k not in CONSUMER_KEYS and k not in ADMIN_KEYS)
+    if unknown:
+        raise CliError(f"--command-config {path}: unknown client config {', '.join(map(repr, unknown))}")
+    _COMMAND_CONFIG.update(props)
+
+
+def with_command_config(kind: str, config: dict[str, object]) -> dict[str, object]:
+    """``config`` over the ``--command-config`` keys that a ``kind`` client ("producer", "consumer", "admin")
+    takes: the file is the base and the command's own options win, as in Kafka's tools."""
+    from odradek.config import ADMIN_KEYS, CONSUMER_KEYS, PRODUCER_KEYS
+
+    keys = {"producer": PRODUCER_KEYS, "consumer": CONSUMER_KEYS, "admin": ADMIN_KEYS}[kind]
+    return {**{k: v for k, v in _COMMAND_CONFIG.items() if k in keys}, **config}
 
 
 def bootstrap_servers(args: argparse.Namespace) -> str:
@@ -82,7 +117,8 @@ def open_admin(servers: str) -> Admin:
     from odradek import Admin
 
     try:
-        return Admin({"bootstrap.servers": servers, "default.api.timeout.ms": ADMIN_TIMEOUT_MS})
+        return Admin(with_command_config("admin", {"bootstrap.servers": servers,
+                                                   "default.api.timeout.ms": ADMIN_TIMEOUT_MS}))  # fmt: skip
     except ConfigError as exc:
         raise CliError(str(exc)) from None
 

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 from odradek.errors import ConfigError
+from odradek.security.config import SECURITY_KEYS, SecurityConfig
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -154,6 +155,8 @@ _COMMON: dict[str, Key] = {
     "retry.backoff.ms": Key(_int(0, INT64_MAX), 100),
     "retry.backoff.max.ms": Key(_int(0, INT64_MAX), 1000),
     "metadata.max.age.ms": Key(_int(0, INT64_MAX), 300000),
+    # security (odradek/security/config.py, docs/SECURITY.md): checked together when the config is built
+    **{key: Key(_optional_str, None) for key in SECURITY_KEYS},
 }
 
 PRODUCER_KEYS: dict[str, Key] = {
@@ -241,6 +244,7 @@ def _build(
     cls: Callable[..., T], kind: str, keys: Mapping[str, Key], raw: Mapping[str, object]
 ) -> tuple[T, frozenset[str]]:
     values, given = parse_config(kind, keys, raw)
+    SecurityConfig.from_mapping(values)  # K1-K4: the security keys agree with each other
     return cls(**{key.replace(".", "_"): value for key, value in values.items()}, given=given), given
 
 
@@ -277,7 +281,22 @@ class ProducerConfig:
     partitioner_ignore_keys: bool
     transactional_id: str | None
     transaction_timeout_ms: int
+    security_protocol: str | None = None
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
+    ssl_endpoint_identification_algorithm: str | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    sasl_jaas_config: str | None = field(default=None, repr=False)
     given: frozenset[str] = frozenset()
+
+    @property
+    def security(self) -> SecurityConfig:
+        """The security keys, parsed (checked when the config was built)."""
+        return _security(self)
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, object]) -> ProducerConfig:
@@ -344,7 +363,22 @@ class ConsumerConfig:
     isolation_level: str
     check_crcs: bool
     default_api_timeout_ms: int
+    security_protocol: str | None = None
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
+    ssl_endpoint_identification_algorithm: str | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    sasl_jaas_config: str | None = field(default=None, repr=False)
     given: frozenset[str] = frozenset()
+
+    @property
+    def security(self) -> SecurityConfig:
+        """The security keys, parsed (checked when the config was built)."""
+        return _security(self)
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, object]) -> ConsumerConfig:
@@ -362,11 +396,30 @@ class AdminConfig:
     retry_backoff_max_ms: int
     metadata_max_age_ms: int
     default_api_timeout_ms: int
+    security_protocol: str | None = None
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
+    ssl_endpoint_identification_algorithm: str | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    sasl_jaas_config: str | None = field(default=None, repr=False)
     given: frozenset[str] = frozenset()
+
+    @property
+    def security(self) -> SecurityConfig:
+        """The security keys, parsed (checked when the config was built)."""
+        return _security(self)
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, object]) -> AdminConfig:
         return _build(cls, "admin", ADMIN_KEYS, raw)[0]
+
+
+def _security(config: object) -> SecurityConfig:
+    return SecurityConfig.from_mapping({key: getattr(config, key.replace(".", "_")) for key in SECURITY_KEYS})
 
 
 _check_fields(ProducerConfig, PRODUCER_KEYS)

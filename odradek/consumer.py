@@ -74,6 +74,7 @@ class Consumer:
             retry_backoff_ms=cfg.retry_backoff_ms,
             retry_backoff_max_ms=cfg.retry_backoff_max_ms,
             metadata_max_age_ms=cfg.metadata_max_age_ms,
+            security=cfg.security,
             max_message_bytes=max(cfg.fetch_max_bytes, cfg.max_partition_fetch_bytes),
             clock=self._clock,
             max_concurrent_calls=32,

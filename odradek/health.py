@@ -26,10 +26,15 @@ UNREACHABLE = "UNREACHABLE"
 DEFAULT_TIMEOUT_S = 3.0
 
 
-def check(address: str, service: str = "", timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
+def check(
+    address: str, service: str = "", timeout_s: float = DEFAULT_TIMEOUT_S,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> str:  # fmt: skip
     """The health status of ``service`` ("" = the whole node) at ``address``: SERVING, NOT_SERVING,
-    SERVICE_UNKNOWN, UNKNOWN, or UNREACHABLE when nothing answered within ``timeout_s``."""
-    with grpc.insecure_channel(address) as channel:
+    SERVICE_UNKNOWN, UNKNOWN, or UNREACHABLE when nothing answered within ``timeout_s``. ``credentials``: TLS
+    (the health service needs no authentication, but a TLS listener needs TLS, and maybe a certificate)."""
+    channel = grpc.insecure_channel(address) if credentials is None else grpc.secure_channel(address, credentials)
+    with channel:
         stub: Any = health_pb2_grpc.HealthStub(channel)
         try:
             answer = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
@@ -39,13 +44,15 @@ def check(address: str, service: str = "", timeout_s: float = DEFAULT_TIMEOUT_S)
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status))
 
 
-def check_all(addresses: Iterable[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, str]:
+def check_all(
+    addresses: Iterable[str], timeout_s: float = DEFAULT_TIMEOUT_S, credentials: grpc.ChannelCredentials | None = None
+) -> dict[str, str]:
     """:func:`check` of every address, in parallel: ``{address: status}``."""
     unique = list(dict.fromkeys(addresses))
     if not unique:
         return {}
     with ThreadPoolExecutor(max_workers=min(16, len(unique))) as pool:
-        statuses = pool.map(lambda a: check(a, timeout_s=timeout_s), unique)
+        statuses = pool.map(lambda a: check(a, timeout_s=timeout_s, credentials=credentials), unique)
         return dict(zip(unique, statuses, strict=True))
 
 
@@ -59,10 +66,22 @@ def add_health_parser(commands: Any) -> None:
     parser.add_argument("--service", default="", help="a service name (default: the whole node)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"how long to wait for an answer (default {DEFAULT_TIMEOUT_S:g})")  # fmt: skip
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="client properties: the TLS keys (ssl.ca.location, ssl.certificate.location, ...)")
     parser.set_defaults(handler=run)
 
 
+def credentials_of(properties: str | None) -> grpc.ChannelCredentials | None:
+    """The TLS credentials of a ``--command-config`` file (None: plaintext)."""
+    if properties is None:
+        return None
+    from odradek.security.channels import channel_credentials
+    from odradek.security.config import SecurityConfig, load_properties
+
+    return channel_credentials(SecurityConfig.from_mapping(load_properties(properties)))
+
+
 def run(args: argparse.Namespace) -> int:
-    status = check(args.address, args.service, args.timeout)
+    status = check(args.address, args.service, args.timeout, credentials_of(args.command_config))
     print(f"{args.address} {status}", file=sys.stdout)
     return 0 if status == SERVING else 1

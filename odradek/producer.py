@@ -82,6 +82,7 @@ class Producer:
             retry_backoff_ms=cfg.retry_backoff_ms,
             retry_backoff_max_ms=cfg.retry_backoff_max_ms,
             metadata_max_age_ms=cfg.metadata_max_age_ms,
+            security=cfg.security,
             max_message_bytes=cfg.max_request_size,
             clock=self._clock,
             max_concurrent_calls=64,

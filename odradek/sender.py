@@ -260,6 +260,12 @@ class Sender:
             if response.error.code:
                 raise error_from_code(response.error.code, f"InitProducerId failed: {response.error.message}")
         except KafkaError as exc:
+            if exc.code.endswith("AUTHORIZATION_FAILED"):
+                # Kafka's producer: not allowed a producer id is fatal for what is queued (no retry can help)
+                for batch in self._accumulator.abort_all():
+                    self._fail(batch, exc)
+                self._init_retry_at_ms = now + self._backoff.backoff_ms(self._init_attempts)
+                return self._init_retry_at_ms - now
             self._init_attempts += 1
             self._init_retry_at_ms = now + self._backoff.backoff_ms(self._init_attempts - 1)
             _log.info("InitProducerId failed (%s); trying again in %.0f ms", exc, self._init_retry_at_ms - now)

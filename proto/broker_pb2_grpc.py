@@ -51,6 +51,11 @@ class BrokerStub:
                 request_serializer=proto_dot_broker__pb2.FetchRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.ReplicaFetch = channel.stream_stream(
+                '/odradek.broker.Broker/ReplicaFetch',
+                request_serializer=proto_dot_broker__pb2.FetchRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.FetchResponse.FromString,
+                _registered_method=True)
         self.ListOffsets = channel.unary_unary(
                 '/odradek.broker.Broker/ListOffsets',
                 request_serializer=proto_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
@@ -221,6 +226,15 @@ class BrokerServicer:
     def Fetch(self, request, context):
         """Consumers (replica_id = -1) read below the high watermark; followers (replica_id = their broker
         id) read to the log end and, by fetching, report their position.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReplicaFetch(self, request_iterator, context):
+        """A follower's fetches to one leader on one long-lived stream: each request is a Fetch, answered by
+        one response, in order, exactly as Fetch answers it (the follower sends its next request only
+        after the answer). It saves the set-up of a call per round (replica.fetch.stream.enable).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -435,6 +449,11 @@ def add_BrokerServicer_to_server(servicer, server):
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
+                    request_deserializer=proto_dot_broker__pb2.FetchRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.FetchResponse.SerializeToString,
+            ),
+            'ReplicaFetch': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReplicaFetch,
                     request_deserializer=proto_dot_broker__pb2.FetchRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.FetchResponse.SerializeToString,
             ),
@@ -668,6 +687,33 @@ class Broker:
             request,
             target,
             '/odradek.broker.Broker/Fetch',
+            proto_dot_broker__pb2.FetchRequest.SerializeToString,
+            proto_dot_broker__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplicaFetch(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/odradek.broker.Broker/ReplicaFetch',
             proto_dot_broker__pb2.FetchRequest.SerializeToString,
             proto_dot_broker__pb2.FetchResponse.FromString,
             options,

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Mapping
 
 from odradek import Admin, Consumer, Producer
+from odradek.security.config import SECURITY_KEYS
 
 # The data source reads ranges of offsets it already knows, so the consumer fetches big and never resets.
 CONSUMER_DEFAULTS: dict[str, object] = {
@@ -108,7 +109,8 @@ def validate_producer_config(config: Mapping[str, object]) -> None:
 
 _ADMIN_KEYS = frozenset(
     {"bootstrap.servers", "client.id", "request.timeout.ms", "retry.backoff.ms", "retry.backoff.max.ms",
-     "metadata.max.age.ms", "default.api.timeout.ms"}
+     "metadata.max.age.ms", "default.api.timeout.ms", *SECURITY_KEYS}
 )  # fmt: skip
+# the security keys (kafka.security.protocol, kafka.ssl.*, kafka.sasl.*) reach the admin client too
 
 atexit.register(close_all)

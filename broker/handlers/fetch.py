@@ -171,6 +171,28 @@ def begin(
     return PendingFetch(op, request.replica_id, request.replica_epoch, targets, max_bytes, read_all, sent)
 
 
+INLINE_CHECK_MAX_PARTITIONS = 64  # a larger fetch is never looked at for nothing_to_read
+
+
+def nothing_to_read(ctx: BrokerContext, request: pb.FetchRequest) -> bool:
+    """Whether every partition of ``request`` is led here and has nothing to read yet from its fetch offset
+    (followers: at the log end; consumers: at the high watermark): the first read will find nothing and the
+    fetch will wait, so the gRPC service may run it on its event loop. Looks at no more than
+    ``INLINE_CHECK_MAX_PARTITIONS`` partitions (False beyond); an unknown partition is False."""
+    for_replica = request.replica_id >= 0
+    count = 0
+    for topic in request.topics:
+        for p in topic.partitions:
+            count += 1
+            partition = ctx.replicas.partition(topic.name, p.partition)
+            if count > INLINE_CHECK_MAX_PARTITIONS or partition is None:
+                return False
+            end = partition.log_end_offset if for_replica else partition.high_watermark
+            if p.fetch_offset < end:
+                return False
+    return count > 0
+
+
 def finish(ctx: BrokerContext, pending: PendingFetch[R]) -> R:
     """The answer once the wait is over: every target read again (and counted, metrics on)."""
     response, sizes, _ = pending.read_all(ctx, pending.replica_id, pending.targets, pending.max_bytes,

@@ -10,7 +10,7 @@ inter-broker batch), EndTxn and TxnOffsetCommit up to v3 (v4/v5 are KIP-890's tr
 
 from __future__ import annotations
 
-from broker.kafka import admin, api_versions, classic, fetch, groups, metadata, offsets, produce, transactions
+from broker.kafka import admin, api_versions, classic, fetch, groups, metadata, offsets, produce, security, transactions
 from broker.kafka.api import Api
 
 _APIS = [
@@ -27,6 +27,7 @@ _APIS = [
     Api(14, "SyncGroup", 0, 5, classic.handle_sync_group),
     Api(15, "DescribeGroups", 0, 5, groups.handle_describe_groups),
     Api(16, "ListGroups", 0, 5, groups.handle_list_groups),
+    Api(17, "SaslHandshake", 1, 1, security.handle_sasl_handshake, before_auth=True),
     Api(18, "ApiVersions", 0, 4, api_versions.handle, before_auth=True),
     Api(19, "CreateTopics", 2, 7, admin.handle_create_topics),
     Api(20, "DeleteTopics", 1, 6, admin.handle_delete_topics),
@@ -37,6 +38,7 @@ _APIS = [
     Api(26, "EndTxn", 0, 3, transactions.handle_end_txn),
     Api(28, "TxnOffsetCommit", 0, 3, transactions.handle_txn_offset_commit),
     Api(32, "DescribeConfigs", 1, 4, admin.handle_describe_configs),
+    Api(36, "SaslAuthenticate", 0, 2, security.handle_sasl_authenticate, before_auth=True),
     Api(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
     Api(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
     Api(44, "IncrementalAlterConfigs", 0, 1, admin.handle_incremental_alter_configs),

@@ -34,8 +34,9 @@ import time
 from typing import Any
 
 from broker.context import BrokerContext
-from broker.kafka import codec
+from broker.kafka import codec, security
 from broker.kafka.api import Api, CloseConnection, FileRegion, RawResponse, Request, Session
+from controller.security.rules import Denial
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +184,17 @@ class Connection:
         request = Request(self.ctx, self.session, api_key, version, correlation_id, client_id, body)
         metrics = self.ctx.metrics
         started = time.perf_counter() if metrics is not None else 0.0
+        check = None if api.before_auth else security.check_of(request)
+        if check is not None:  # the authorizer (broker/kafka/security.py): before the handler, nothing changes
+            rule = security.KAFKA_RULES.get(api_key)
+            denial = Denial("CLUSTER_AUTHORIZATION_FAILED", f"{api.name}: no rule") if rule is None else rule(
+                body, check)  # fmt: skip
+            if denial is not None:
+                refused = security.refusal(request, denial)
+                if refused is None:
+                    raise ProtocolError(f"{api.name} refused: {denial.code}: {denial.message}")
+                self._send(correlation_id, bool(codec.request_class(api_key, version).__flexible__), refused)
+                return
         try:
             answer = api.handle(request)
         except CloseConnection as exc:
@@ -196,6 +208,10 @@ class Connection:
             metrics.requests.record_kafka(api.name, started)
         if answer is None:
             return
+        if check is not None and api_key == 3:
+            answer = security.filter_topics(answer, check, [t.name for t in body.topics or () if t.name])
+        elif check is not None and api_key == 16:
+            answer = security.filter_groups(answer, check)
         flexible = api_key != API_VERSIONS_KEY and bool(codec.request_class(api_key, version).__flexible__)
         self._send(correlation_id, flexible, answer)
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 
 from broker.context import BrokerContext
+from broker.kafka import security
 from broker.kafka.api import Session
 from broker.kafka.apis import API_TABLE
 from broker.kafka.connection import Connection
@@ -37,13 +39,23 @@ class KafkaListener:
         self.max_connections = int(config.get("max.connections"))
         self.max_request_bytes = int(config.get("socket.request.max.bytes"))
         self.idle_timeout_s = int(config.get("connections.max.idle.ms")) / 1000.0
-        self.sendfile = bool(config.get("socket.sendfile.enable"))  # plaintext: no TLS on this listener yet
+        self.protocol = ctx.security.protocol(name)  # docs/SECURITY.md; broker/kafka/security.py
+        self.tls = self._tls_context() if self.protocol in ("SSL", "SASL_SSL") else None
+        self.sendfile = bool(config.get("socket.sendfile.enable")) and self.tls is None  # TLS: bytes go through it
         self._lock = threading.Lock()
         self._connections: set[Connection] = set()
         self._stopping = threading.Event()
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
+
+    def _tls_context(self) -> ssl.SSLContext:
+        settings = self.ctx.security
+        settings.check_listener(self.name)
+        assert settings.key_pem is not None
+        assert settings.cert_chain_pem is not None
+        required = settings.client_auth_by_listener.get(self.name.upper(), settings.client_auth_required)
+        return security.server_context(settings.key_pem, settings.cert_chain_pem, settings.truststore_pem, required)
 
     def start(self) -> None:
         """Bind and start accepting; ``RuntimeError`` when the address cannot be bound."""
@@ -85,6 +97,7 @@ class KafkaListener:
                 return
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             session = Session(self.name, address[0], address[1], sendfile=self.sendfile)
+            security.open_session(session, self.protocol)
             conn = Connection(self.ctx, client, session, API_TABLE, self.max_request_bytes, self.idle_timeout_s)
             self._connections.add(conn)
         thread = threading.Thread(
@@ -95,6 +108,16 @@ class KafkaListener:
 
     def _serve(self, conn: Connection) -> None:
         try:
+            if self.tls is not None:
+                try:
+                    conn.sock = security.secure_socket(conn.sock, self.tls, self.idle_timeout_s)
+                    if self.protocol == "SSL":
+                        conn.session.principal = security.certificate_principal(conn.sock, self.ctx.security
+                                                                                .principal_mapper)  # fmt: skip
+                except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+                    logger.info("kafka listener %s: TLS with %s failed: %s", self.name, conn.session.client_host, exc)
+                    conn.sock.close()
+                    return
             conn.serve()
         finally:
             with self._lock:

@@ -20,8 +20,10 @@ import grpc
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from broker.lifecycle import LISTENER
 from broker.replica_fetcher import inter_broker_address
 from controller.image import MetadataImage
+from controller.security.settings import open_channel
 from proto import broker_pb2, broker_pb2_grpc
 
 if TYPE_CHECKING:
@@ -105,7 +107,8 @@ class GroupLagCollector(Collector):
     def _stub(self, address: str) -> Any:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.insecure_channel(address)
+            credentials = self._server.security.channel_credentials(self._server.security.protocol(LISTENER))
+            channel = self._channels[address] = open_channel(address, credentials)
         return broker_pb2_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
 
     def close(self) -> None:

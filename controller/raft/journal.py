@@ -29,7 +29,8 @@ Durability, the order that matters:
   the directory, so the dump's rename is durable before the entries it replaces disappear, then writes
   the kept entries to a new file, fsyncs it and renames it over the journal.
 - On open, the longest valid prefix of frames is kept and a torn or corrupt tail is cut off.
-- The commit index is volatile in Raft; it is saved at most once a second.
+- The commit index is volatile in Raft; it is saved along with the term and vote, and on close. After a
+  crash it may be older: entries up to it are applied at once, the rest when a leader confirms them.
 
 Thread-safety: none; pysyncobj calls it from the driver's Raft thread only.
 """
@@ -284,7 +285,13 @@ class DurableJournal:
         return None if voted is None else str(voted)
 
     def onOneSecondTimer(self) -> None:
-        self._store_meta()
+        """Saves nothing: the commit index is volatile in Raft (Figure 2); it is saved with the term and vote
+        and on close.
+
+        pysyncobj calls this on its Raft thread right before a follower checks its election deadline. The
+        two fsyncs of a save here took half a second on a busy disk: the follower then started an election
+        while its leader's heartbeats waited unread in the socket, and deposed a healthy leader.
+        """
 
     # --- meta ------------------------------------------------------------------------------------
 

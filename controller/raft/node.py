@@ -7,6 +7,7 @@ small place. pysyncobj has no type hints; these classes are typed at their edges
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
 
@@ -20,6 +21,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _replicated = cast(Callable[[_F], _F], replicated)  # the same decorator, typed
 
 ROLES = {0: "follower", 1: "candidate", 2: "leader"}  # pysyncobj's _RAFT_STATE values
+_LEADER = 2
 
 
 class Applier(Protocol):
@@ -53,6 +55,19 @@ class RaftNode(SyncObj):  # type: ignore[misc]
     def __init__(self, applier: Applier, address: str, partners: list[str], conf: Any, transport: Any) -> None:
         self._applier = applier
         super().__init__(address, partners, conf, transportClass=transport)
+
+    def read_before_election_check(self) -> None:
+        """Handle the messages already received when the next tick would otherwise start an election.
+
+        pysyncobj checks a follower's election deadline at the start of a tick and reads its sockets at the
+        end. When the Raft thread was held up past the deadline (a slow fsync, a busy machine), the leader's
+        heartbeats wait unread, and the follower starts an election in a higher term that deposes a healthy
+        leader (pysyncobj has no pre-vote). Call this on the Raft thread before each tick.
+        """
+        if self._SyncObj__raftState == _LEADER or self._SyncObj__needLoadDumpFile:
+            return  # a leader has no deadline; before the first tick the full dump is not loaded yet
+        if self._SyncObj__raftElectionDeadline < time.monotonic() and self._SyncObj__transport.ready:
+            self._poller.poll(0)
 
     @_replicated
     def rep_append(

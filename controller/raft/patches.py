@@ -13,7 +13,7 @@ The journal hook lives in journal.py; these are the others:
   its leader re-sends entries a follower already has, which it does on nearly every acknowledgement (it
   moves ``next_index`` back to the acknowledged index + 1 while later entries are in flight). Our journal
   deletes nothing there (it keeps identical entries in place and logs CRITICAL itself if a committed
-  entry is really replaced), so this message is demoted to DEBUG.
+  entry is really replaced), so this message is demoted to DEBUG (dropped unless DEBUG is enabled).
 - :func:`close_finished_transmissions`: its ``Serializer`` opens the full dump to stream it to a lagging
   follower and drops the file object without closing it when the stream ends, is cancelled or a new
   dump is made (a ResourceWarning, and a descriptor held until garbage collection). We keep a reference
@@ -56,6 +56,8 @@ class DemoteResendNoise(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if str(record.msg).startswith("truncating already-applied log entries"):
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            # The logger let it through as CRITICAL; as DEBUG it goes on only where DEBUG is enabled.
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
         return True
 
 

@@ -260,6 +260,7 @@ class MetadataQuorum:
         assert journal is not None
         while not self._stop.is_set() and self._fatal is None:
             try:
+                raft.read_before_election_check()
                 raft.doTick(self._tuning.tick_interval_s)
                 if self._fatal is None:
                     journal.flush()  # the leader's own entries, before the next tick counts them

@@ -34,7 +34,6 @@ def add_console_parser(commands: Any) -> None:
     add_bootstrap_option(parser)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT})")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--command-config", metavar="FILE", help="client properties (key=value) for every client")
     parser.add_argument("--lag-interval", type=float, default=10.0, metavar="SECONDS",
                         help="how often consumer group lag is sampled for the charts (default 10)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=8, help="HTTP worker threads (default 8)")

@@ -6,6 +6,7 @@ Port plan from ``--base-port B`` (default 9092), every address on 127.0.0.1::
     controller i, gRPC          B + 100 + i    (9192, 9193, ...)
     controller i, Raft          B + 200 + i    (9292, 9293, ...)
     broker i, Kafka protocol    B + 300 + i    (9392, 9393, ...: the Kafka bootstrap servers)
+    broker i, internal          B + 400 + i    (--security sasl_ssl: the brokers' own SSL listener)
     broker i, metrics           B + 500 + i    (9592, ...: http://HOST:PORT/metrics)
     controller i, metrics       B + 600 + i    (9692, ...)
 
@@ -33,6 +34,7 @@ DEFAULT_BASE_PORT = 9092
 CONTROLLER_PORT_OFFSET = 100
 RAFT_PORT_OFFSET = 200
 KAFKA_PORT_OFFSET = 300
+INTERNAL_PORT_OFFSET = 400
 METRICS_PORT_OFFSET = 500  # from the node's gRPC port
 MAX_NODES = 100  # per role: the port ranges above must not overlap
 CLUSTER_JSON = "cluster.json"
@@ -51,6 +53,7 @@ class NodePlan:
     raft_listen: str = ""
     kafka_listen: str = ""  # a broker's Kafka-protocol listener ("" in a layout from before it existed)
     metrics: str = ""
+    internal_listen: str = ""  # --security sasl_ssl: a broker's inter-broker listener (SSL)
 
     @property
     def name(self) -> str:
@@ -62,6 +65,7 @@ class ClusterPlan:
     root: str
     controllers: tuple[NodePlan, ...]
     brokers: tuple[NodePlan, ...]
+    security: str = "plaintext"  # odradek up --security (odradek.launcher.secure)
 
     @property
     def nodes(self) -> tuple[NodePlan, ...]:
@@ -99,6 +103,8 @@ class ClusterPlan:
                 found.append((port_of(node.raft_listen), f"controller {node.node_id} (Raft)"))
             if node.kafka_listen:
                 found.append((port_of(node.kafka_listen), f"broker {node.node_id} (Kafka protocol)"))
+            if node.internal_listen:
+                found.append((port_of(node.internal_listen), f"broker {node.node_id} (internal)"))
             if metrics and node.metrics:
                 found.append((port_of(node.metrics), f"{node.role} {node.node_id} (metrics)"))
         return found
@@ -112,8 +118,9 @@ def port_of(address: str) -> int:
 
 
 def plan_cluster(
-    root: str, controllers: int, brokers: int, base_port: int, hosts: Mapping[str, str] | None = None
-) -> ClusterPlan:
+    root: str, controllers: int, brokers: int, base_port: int, hosts: Mapping[str, str] | None = None,
+    security: str = "plaintext",
+) -> ClusterPlan:  # fmt: skip
     """A fresh layout: ``controllers`` and ``brokers`` nodes on ports planned from ``base_port``, every one on
     127.0.0.1 unless ``hosts`` gives a node (by name, ``broker-0``) an address of its own (the chaos harness
     gives each node its own loopback address, so that links between nodes can be cut)."""
@@ -132,6 +139,7 @@ def plan_cluster(
     root = os.path.abspath(root)
     return ClusterPlan(
         root=root,
+        security=security,
         controllers=tuple(
             NodePlan(
                 "controller",
@@ -147,7 +155,9 @@ def plan_cluster(
         brokers=tuple(
             NodePlan("broker", i, f"{_host(hosts, 'broker', i)}:{base_port + i}", os.path.join(root, f"broker-{i}"),
                      kafka_listen=f"{_host(hosts, 'broker', i)}:{base_port + KAFKA_PORT_OFFSET + i}",
-                     metrics=f"{_host(hosts, 'broker', i)}:{base_port + METRICS_PORT_OFFSET + i}")
+                     metrics=f"{_host(hosts, 'broker', i)}:{base_port + METRICS_PORT_OFFSET + i}",
+                     internal_listen=f"{_host(hosts, 'broker', i)}:{base_port + INTERNAL_PORT_OFFSET + i}"
+                     if security == "sasl_ssl" else "")
             for i in range(brokers)
         ),
     )
@@ -175,10 +185,13 @@ def cluster_document(plan: ClusterPlan, pids: Mapping[str, int], *, metrics: boo
         ],  # fmt: skip
         "brokers": [
             {"node_id": b.node_id, "pid": pids.get(b.name), "listen": b.listen, "kafka_listen": b.kafka_listen,
-             "data_dir": b.data_dir}
+             "data_dir": b.data_dir, **({"internal_listen": b.internal_listen} if b.internal_listen else {})}
             for b in plan.brokers
         ],
     }
+    if plan.security != "plaintext":
+        doc["security"] = plan.security
+        doc["client_properties"] = os.path.join(plan.root, "client.properties")
     for key, nodes in (("controllers", plan.controllers), ("brokers", plan.brokers)):
         for entry, node in zip(doc[key], nodes, strict=True):
             entry["metrics"] = node.metrics if metrics and node.metrics else None
@@ -220,7 +233,10 @@ def plan_from_document(root: str, doc: Mapping[str, Any]) -> ClusterPlan:
         raise CliError(f"{path} does not describe a cluster ({exc}); move it away to start a new one") from None
     if not controllers or not brokers:
         raise CliError(f"{path} lists no controller or no broker; move it away to start a new cluster there")
-    return ClusterPlan(os.path.abspath(root), controllers, brokers)
+    security = doc.get("security", "plaintext")
+    if security not in ("plaintext", "ssl", "sasl_ssl"):
+        raise CliError(f"{path} names an unknown security mode {security!r}")
+    return ClusterPlan(os.path.abspath(root), controllers, brokers, security)
 
 
 def _entries(doc: Mapping[str, Any], key: str) -> Sequence[Mapping[str, Any]]:
@@ -237,12 +253,14 @@ def _node(role: str, entry: Mapping[str, Any]) -> NodePlan:
     listen = _address(entry["listen"])
     raft = _address(entry["raft_listen"]) if role == "controller" else ""
     kafka = _address(entry["kafka_listen"]) if role == "broker" and entry.get("kafka_listen") else ""
+    internal = _address(entry["internal_listen"]) if role == "broker" and entry.get("internal_listen") else ""
     data_dir = entry["data_dir"]
     if not isinstance(data_dir, str) or not data_dir:
         raise ValueError(f"bad data_dir {data_dir!r}")
     # a cluster.json without metrics addresses (an older one, or a run without metrics): the planned ones
     metrics = entry.get("metrics") or f"{listen.rpartition(':')[0]}:{port_of(listen) + METRICS_PORT_OFFSET}"
-    return NodePlan(role, node_id, listen, data_dir, raft_listen=raft, kafka_listen=kafka, metrics=_address(metrics))
+    return NodePlan(role, node_id, listen, data_dir, raft_listen=raft, kafka_listen=kafka, metrics=_address(metrics),
+                    internal_listen=internal)
 
 
 def _address(value: object) -> str:

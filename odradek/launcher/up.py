@@ -46,6 +46,8 @@ from odradek.launcher.plan import (
     read_cluster_json,
     write_cluster_json,
 )
+from odradek.launcher.secure import ADMIN as ADMIN_NAME
+from odradek.launcher.secure import MODES, Secured, prepare
 
 DEFAULT_DATA_DIR = "odradek-data"
 DEFAULT_COUNT = 3
@@ -78,6 +80,10 @@ def add_up_parser(commands: Any) -> None:
                         help="for every controller (repeatable)")  # fmt: skip
     parser.add_argument("--no-metrics", dest="metrics", action="store_false",
                         help="start the nodes without /metrics endpoints (no metrics work at all)")  # fmt: skip
+    parser.add_argument("--security", choices=MODES, type=str.lower,
+                        help="plaintext (default), ssl (TLS, client certificates) or sasl_ssl (TLS, SCRAM users): "
+                        "makes a local CA, node certificates, an admin and DIR/client.properties, and turns the "
+                        "authorizer on (docs/SECURITY.md)")  # fmt: skip
     parser.set_defaults(handler=run)
 
 
@@ -87,11 +93,15 @@ def add_up_parser(commands: Any) -> None:
 def choose_plan(args: argparse.Namespace, root: str) -> tuple[ClusterPlan, bool]:
     """The layout to start and whether it is a restart (``DIR/cluster.json`` exists)."""
     doc = read_cluster_json(root)
+    security = getattr(args, "security", None)
     if doc is None:
         plan = plan_cluster(root, _or(args.controllers, DEFAULT_COUNT), _or(args.brokers, DEFAULT_COUNT),
-                            _or(args.base_port, DEFAULT_BASE_PORT))  # fmt: skip
+                            _or(args.base_port, DEFAULT_BASE_PORT), security=security or "plaintext")  # fmt: skip
         return plan, False
     plan = plan_from_document(root, doc)
+    if security is not None and security != plan.security:
+        raise CliError(f"{root} holds a cluster started with --security {plan.security}, which --security {security} "
+                       "contradicts; drop the option to restart that cluster, or use another --data-dir")  # fmt: skip
     controllers, brokers, base_port = layout_counts(plan)
     for given, recorded, option in (
         (args.controllers, controllers, "--controllers"),
@@ -167,6 +177,10 @@ def locked(root: str) -> Iterator[None]:
 
 def child_argv(plan: ClusterPlan, node: NodePlan, secret: Path, config: list[str], metrics: bool = True) -> list[str]:
     listen = f"PLAINTEXT://{node.listen},KAFKA://{node.kafka_listen}" if node.kafka_listen else node.listen
+    if node.internal_listen:  # --security sasl_ssl: clients on CLIENT, the brokers among themselves on PLAINTEXT
+        listen = f"PLAINTEXT://{node.internal_listen},CLIENT://{node.listen}"
+        if node.kafka_listen:
+            listen += f",KAFKA://{node.kafka_listen}"
     argv = [sys.executable, "-m", "odradek.cli", node.role, "--node-id", str(node.node_id), "--listen", listen]
     if metrics and node.metrics:
         argv += ["--metrics-listen", node.metrics]
@@ -181,14 +195,19 @@ def child_argv(plan: ClusterPlan, node: NodePlan, secret: Path, config: list[str
     return argv
 
 
-def make_children(plan: ClusterPlan, secret: Path, args: argparse.Namespace) -> tuple[list[Child], list[Child]]:
+def make_children(
+    plan: ClusterPlan, secret: Path, args: argparse.Namespace, secured: Secured | None = None
+) -> tuple[list[Child], list[Child]]:
     env = {k: v for k, v in os.environ.items() if k != "ODRADEK_CLUSTER_SECRET"}
     env["PYTHONUNBUFFERED"] = "1"
     broker_env = {**env, "MALLOC_MMAP_THRESHOLD_": "67108864"}  # measured: doubles 1 MiB RPC throughput
     metrics = getattr(args, "metrics", True)
+    def extra(node: NodePlan) -> list[str]:
+        return secured.node_config(node) if secured is not None else []
+
     controllers = [
-        Child(c.name, c.role, child_argv(plan, c, secret, args.controller_config or [], metrics), env,
-              plan.log_path(c))
+        Child(c.name, c.role, child_argv(plan, c, secret, [*extra(c), *(args.controller_config or [])], metrics),
+              env, plan.log_path(c))
         for c in plan.controllers
     ]  # fmt: skip
     broker_config = list(args.broker_config or [])
@@ -202,7 +221,7 @@ def make_children(plan: ClusterPlan, secret: Path, args: argparse.Namespace) -> 
         if len(plan.brokers) < 2 and not any(i.startswith("transaction.state.log.min.isr=") for i in broker_config):
             broker_config.insert(0, "transaction.state.log.min.isr=1")
     brokers = [
-        Child(b.name, b.role, child_argv(plan, b, secret, broker_config, metrics), broker_env,
+        Child(b.name, b.role, child_argv(plan, b, secret, [*extra(b), *broker_config], metrics), broker_env,
               plan.log_path(b))
         for b in plan.brokers
     ]  # fmt: skip
@@ -214,9 +233,10 @@ class Up:
 
     def __init__(
         self, plan: ClusterPlan, controllers: list[Child], brokers: list[Child], timeout_s: float,
-        *, metrics: bool = True,
+        *, metrics: bool = True, secured: Secured | None = None,
     ) -> None:  # fmt: skip
         self.plan = plan
+        self.secured = secured
         self.metrics = metrics
         self.controllers = controllers
         self.brokers = brokers
@@ -274,8 +294,14 @@ class Up:
         """Wait until every node's gRPC health service answers SERVING."""
         from odradek.health import SERVING, check_all
 
+        credentials = None
+        if self.secured is not None:
+            from odradek.security.channels import channel_credentials
+            from odradek.security.config import SecurityConfig
+
+            credentials = channel_credentials(SecurityConfig.from_mapping(self.secured.admin_certificate_config()))
         while True:
-            statuses = check_all([node.listen for node in self.plan.nodes], timeout_s=2.0)
+            statuses = check_all([node.listen for node in self.plan.nodes], timeout_s=2.0, credentials=credentials)
             waiting = [f"{node.name} {statuses[node.listen]}" for node in self.plan.nodes
                        if statuses[node.listen] != SERVING]  # fmt: skip
             if not waiting:
@@ -310,19 +336,55 @@ class Up:
         from odradek import Admin
 
         expected = {b.node_id for b in self.plan.brokers}
-        admin = Admin({"bootstrap.servers": self.plan.bootstrap_servers, "request.timeout.ms": 2000,
-                       "default.api.timeout.ms": 3000})  # fmt: skip
+        config: dict[str, object] = {"bootstrap.servers": self.plan.bootstrap_servers, "request.timeout.ms": 2000,
+                                     "default.api.timeout.ms": 3000}  # fmt: skip
+        if self.secured is not None:  # up itself is the admin, by certificate, on listeners that take it
+            internal = ",".join(b.internal_listen for b in self.plan.brokers if b.internal_listen)
+            config.update(self.secured.admin_certificate_config())
+            if internal:
+                config["bootstrap.servers"] = internal
+        admin = Admin(config)
         try:
             while True:
                 with contextlib.suppress(OdradekError):  # not answering yet: ask again until the deadline
                     cluster = admin.describe_cluster()
                     unfenced = {b.node_id for b in cluster.brokers if not b.fenced}
                     if cluster.controller_id >= 0 and expected <= unfenced:
-                        return int(cluster.controller_id)
+                        active = int(cluster.controller_id)
+                        break
                 self._check_waiting(deadline, "an active controller and every broker unfenced")
                 time.sleep(0.2)
+            if self.secured is not None and self.secured.mode == "sasl_ssl":
+                self._make_admin_user(admin, deadline)
+            return active
         finally:
             admin.close()
+
+    def _make_admin_user(self, admin: Any, deadline: float) -> None:
+        """sasl_ssl: the admin's SCRAM credential, then a check that client.properties signs in on every broker."""
+        from odradek import Admin
+        from odradek.launcher.secure import ADMIN, ADMIN_MECHANISM
+
+        assert self.secured is not None
+        while True:
+            try:
+                admin.upsert_scram_credential(ADMIN, ADMIN_MECHANISM, self.secured.admin_password)
+                break
+            except OdradekError:
+                self._check_waiting(deadline, "the admin's SCRAM credential")
+                time.sleep(0.2)
+        for broker in self.plan.brokers:
+            client = Admin({**self.secured.client_config(), "bootstrap.servers": broker.listen,
+                            "request.timeout.ms": 2000, "default.api.timeout.ms": 3000})  # fmt: skip
+            try:
+                while True:
+                    with contextlib.suppress(OdradekError):  # the credential reaches each broker's image
+                        client.describe_cluster()
+                        break
+                    self._check_waiting(deadline, f"the admin to sign in on {broker.name}")
+                    time.sleep(0.2)
+            finally:
+                client.close()
 
     def status_lines(self, active: int) -> list[str]:
         took = time.monotonic() - self.started
@@ -341,6 +403,13 @@ class Up:
             kafka = f"  kafka {node.kafka_listen}" if node.kafka_listen else ""
             metrics = f"  metrics {node.metrics}" if self.metrics and node.metrics else ""
             lines.append(f"  {node.name:<14} {node.listen}{raft}{kafka}{metrics}  pid {child.pid}{role}")
+        if self.secured is not None:
+            how = "client certificates" if self.secured.mode == "ssl" else f"SCRAM user {ADMIN_NAME} over TLS"
+            lines += [
+                f"Security: {self.secured.mode} ({how}); authorizer on, super users: {self.secured.super_users()}",
+                f"Client settings (Kafka's keys): {self.secured.client_properties}",
+                f"  e.g. odradek topics list --command-config {self.secured.client_properties}",
+            ]
         lines += [
             f"Logs in {self.plan.root}/logs/, layout in {self.plan.root}/cluster.json.",
             f"Client commands find this cluster by themselves (or: export {ENV_VAR}={self.plan.bootstrap_servers}).",
@@ -380,8 +449,9 @@ def run(args: argparse.Namespace) -> int:
     with locked(root):
         plan, restart = choose_plan(args, root)
         check_ports(plan, recorded_pids(root) if restart else [], metrics=args.metrics)
-        controllers, brokers = make_children(plan, ensure_secret(root), args)
-        up = Up(plan, controllers, brokers, args.start_timeout, metrics=args.metrics)
+        secured = prepare(plan, plan.security) if plan.security != "plaintext" else None
+        controllers, brokers = make_children(plan, ensure_secret(root), args, secured)
+        up = Up(plan, controllers, brokers, args.start_timeout, metrics=args.metrics, secured=secured)
         return _run_cluster(up, restart)
 
 

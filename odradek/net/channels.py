@@ -24,10 +24,15 @@ from odradek.errors import (
     NetworkError,
     UnknownKafkaError,
     UnsupportedVersionError,
+    error_from_code,
 )
+from odradek.security.channels import channel_credentials
+from odradek.security.config import SecurityConfig
+from odradek.security.sasl_client import REAUTHENTICATE, sasl_channel
 from proto import broker_pb2_grpc
 
 MESSAGE_SLACK_BYTES = 1 << 20  # request/response framing around the record bytes
+TLS_CONNECT_TIMEOUT_MS = 10_000
 
 _new_stub: Callable[[grpc.Channel], Any] = broker_pb2_grpc.BrokerStub  # generated code is untyped
 
@@ -42,7 +47,10 @@ class ChannelPool:
         client_id: str = "",
         reconnect_backoff_ms: int = 100,
         reconnect_backoff_max_ms: int = 1000,
+        security: SecurityConfig | None = None,
     ) -> None:
+        self._credentials = channel_credentials(security) if security is not None else None  # None: plaintext
+        self._security = security
         limit = max_message_bytes + MESSAGE_SLACK_BYTES
         agent = f"odradek/{__version__}" + (f" {client_id}" if client_id else "")
         self._options = [
@@ -50,7 +58,12 @@ class ChannelPool:
             ("grpc.max_receive_message_length", limit),
             ("grpc.primary_user_agent", agent),
             ("grpc.initial_reconnect_backoff_ms", max(1, reconnect_backoff_ms)),
-            ("grpc.min_reconnect_backoff_ms", max(1, reconnect_backoff_ms)),
+            # gRPC also takes this as the floor of a connection attempt's deadline: a TLS handshake on a busy
+            # machine can take longer than a reconnect backoff, so TLS channels get TLS_CONNECT_TIMEOUT_MS
+            # (measured: 100 ms failed handshakes under load); the first retry still comes after the initial
+            # backoff.
+            ("grpc.min_reconnect_backoff_ms",
+             max(1, reconnect_backoff_ms, TLS_CONNECT_TIMEOUT_MS if self._credentials is not None else 0)),
             ("grpc.max_reconnect_backoff_ms", max(1, reconnect_backoff_max_ms, reconnect_backoff_ms)),
         ]
         self._lock = threading.Lock()
@@ -67,7 +80,12 @@ class ChannelPool:
                 raise IllegalStateError("the client is closed")
             stub = self._stubs.get(address)
             if stub is None:
-                channel = grpc.insecure_channel(address, options=self._options)
+                if self._credentials is None:
+                    channel = grpc.insecure_channel(address, options=self._options)
+                else:
+                    channel = grpc.secure_channel(address, self._credentials, options=self._options)
+                if self._security is not None:
+                    channel = sasl_channel(channel, self._security)  # a SASL session per node
                 self._channels[address] = channel
                 stub = self._stubs[address] = _new_stub(channel)
             return stub
@@ -82,11 +100,26 @@ class ChannelPool:
             channel.close()
 
 
+def _security_error(exc: grpc.RpcError, code: grpc.StatusCode, details: str, what: str, address: str) -> KafkaError:
+    """A node's refusal (``controller/security/interceptor.py``): details ``"CODE: message"``; a session the node
+    no longer knows is retriable (the SASL client authenticates again, CS2)."""
+    trailing = exc.trailing_metadata() if isinstance(exc, grpc.Call) else None
+    if any(k == REAUTHENTICATE for k, _ in trailing or ()):
+        return NetworkError(f"{what} to {address}: the SASL session ended ({details}); authenticating again")
+    kafka_code, sep, message = details.partition(": ")
+    if sep and kafka_code.isupper():
+        return error_from_code(kafka_code, f"{what} to {address}: {message}")
+    name = "SASL_AUTHENTICATION_FAILED" if code is grpc.StatusCode.UNAUTHENTICATED else "CLUSTER_AUTHORIZATION_FAILED"
+    return error_from_code(name, f"{what} to {address}: {details}")
+
+
 def rpc_error(exc: grpc.RpcError, what: str, address: str) -> KafkaError:
     """The Kafka error for a failed gRPC call ``what`` (e.g. "Produce") to ``address``."""
     code = exc.code() if isinstance(exc, grpc.Call) else None
     details = (exc.details() if isinstance(exc, grpc.Call) else None) or str(exc)
     text = f"{what} to {address} failed: {details}"
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return _security_error(exc, code, details, what, address)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED):
         return NetworkError(text)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:

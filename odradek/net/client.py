@@ -32,6 +32,7 @@ from odradek.errors import (
 from odradek.net.calls import CallPool
 from odradek.net.channels import ChannelPool, rpc_error
 from odradek.net.metadata import EMPTY_CLUSTER, Cluster, TopicInfo
+from odradek.security.config import SecurityConfig
 from odradek.types import TopicPartition
 from proto import broker_pb2
 
@@ -69,12 +70,14 @@ class ClusterClient:
         clock: Clock = SYSTEM_CLOCK,
         max_concurrent_calls: int = 32,
         name: str = "odradek",
+        security: SecurityConfig | None = None,
     ) -> None:
         self.pool = ChannelPool(
             max_message_bytes=max_message_bytes,
             client_id=client_id,
             reconnect_backoff_ms=retry_backoff_ms,
             reconnect_backoff_max_ms=retry_backoff_max_ms,
+            security=security,
         )
         self.calls = CallPool(max_concurrent_calls, f"{name}-{client_id}" if client_id else name)
         self.clock = clock

@@ -93,9 +93,10 @@ def _positive(value: int, option: str) -> None:
 
 def _client(kind: str, config: dict[str, object]) -> Any:
     import odradek
+    from odradek.cli_support import with_command_config
 
     try:
-        return getattr(odradek, kind)(config)
+        return getattr(odradek, kind)(with_command_config(kind.lower(), config))
     except ConfigError as exc:
         raise CliError(str(exc)) from None
 

@@ -29,6 +29,9 @@ metrics=False)``:
   ``stop``).
 * ``kafka=True``: every broker also listens for Kafka's protocol (``KAFKA`` listener) on a free port;
   ``kafka_bootstrap_servers`` lists them.
+* ``channel_credentials``: gRPC channel credentials of the test's own stubs (TLS clusters).
+* ``client_listener``: the name of a second gRPC listener on every broker (e.g. ``CLIENT``), on free ports
+  ``client_addresses`` (not with ``kafka``).
 * ``wait_for(predicate, timeout_s, what)``: poll (every 20 ms) until ``predicate()`` is true, else fail.
 
 Processes run ``python -m odradek.cli`` (the ``odradek`` command), or the command in the environment
@@ -154,11 +157,17 @@ class Cluster:
         start: bool = True,
         metrics: bool = False,
         kafka: bool = False,
+        channel_credentials: grpc.ChannelCredentials | None = None,
+        client_listener: str | None = None,
     ) -> None:
         self.root = Path(root)
+        self.channel_credentials = channel_credentials  # for the test's own stubs: TLS to TLS listeners
         # reserved across processes, below the ephemeral range (controller.ports)
         nodes = controllers + brokers
-        ports = free_ports(2 * controllers + brokers + (brokers if kafka else 0) + (nodes if metrics else 0))
+        extra = brokers if client_listener else 0
+        ports = free_ports(2 * controllers + brokers + (brokers if kafka else 0) + (nodes if metrics else 0) + extra)
+        self.client_addresses = [f"127.0.0.1:{p}" for p in ports[len(ports) - extra :]] if extra else []
+        ports = ports[: len(ports) - extra]
         grpc_ports, raft_ports = ports[:controllers], ports[controllers : 2 * controllers]
         broker_ports = ports[2 * controllers : 2 * controllers + brokers]
         kafka_ports = ports[2 * controllers + brokers : 2 * controllers + brokers + (brokers if kafka else 0)]
@@ -187,6 +196,8 @@ class Cluster:
         for i in range(brokers):
             listen, data_dir = f"127.0.0.1:{broker_ports[i]}", self.root / f"broker-{i}"
             listeners = f"PLAINTEXT://{listen},KAFKA://{self.kafka_addresses[i]}" if kafka else listen
+            if client_listener:
+                listeners = f"PLAINTEXT://{listen},{client_listener}://{self.client_addresses[i]}"
             argv = [*odradek_command(), "broker", "--node-id", str(i), "--listen", listeners]
             argv += ["--controllers", self.controller_addresses, "--data-dir", str(data_dir), *_config_args(config)]
             argv += metrics_args(controllers + i)
@@ -263,7 +274,11 @@ class Cluster:
         if channel is None:
             options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]  # fmt: skip
-            channel = self._channels[address] = grpc.insecure_channel(address, options=options)
+            if self.channel_credentials is None:
+                channel = grpc.insecure_channel(address, options=options)
+            else:
+                channel = grpc.secure_channel(address, self.channel_credentials, options=options)
+            self._channels[address] = channel
         return channel
 
     def _drop_channel(self, address: str) -> None:

@@ -253,3 +253,21 @@ def test_a_woken_fetch_says_how_much_is_ready_to_read(harness: BrokerHarness) ->
     assert expiring.op.wait(10)
     assert expiring.op.expired
     assert expiring.op.ready_bytes == 0
+
+
+def test_nothing_to_read_is_a_caught_up_fetch(harness: BrokerHarness) -> None:
+    """``fetch.nothing_to_read`` (the gRPC service then runs the first read on its event loop): followers at the
+    log end, consumers at the high watermark; anything else, or an unknown partition, is not."""
+    harness.register(1)
+    harness.create_topic("t", replicas=[0, 1], isr=[0, 1])
+    append(harness, batch([b"a", b"b"]))  # log end 2, high watermark 0 (the follower has nothing yet)
+    assert fetch.nothing_to_read(harness.ctx, follower_request(harness, 2))
+    assert not fetch.nothing_to_read(harness.ctx, follower_request(harness, 1))
+    assert fetch.nothing_to_read(harness.ctx, fetch_request([("t", 0, 0)]))  # consumers: nothing below the HW
+    fetch.handle(harness.ctx, follower_request(harness, 2))  # the follower has it all: HW 2
+    assert not fetch.nothing_to_read(harness.ctx, fetch_request([("t", 0, 0)]))
+    assert fetch.nothing_to_read(harness.ctx, fetch_request([("t", 0, 2)]))
+    assert not fetch.nothing_to_read(harness.ctx, fetch_request([("t", 0, 2), ("missing", 0, 0)]))
+    assert not fetch.nothing_to_read(harness.ctx, fetch_request([]))
+    many = fetch_request([("t", 0, 2)] * (fetch.INLINE_CHECK_MAX_PARTITIONS + 1))
+    assert not fetch.nothing_to_read(harness.ctx, many)

@@ -439,6 +439,7 @@ BASE = ["--node-id", "1", "--listen", "127.0.0.1:1", "--raft-listen", "127.0.0.1
     ("args", "message"),
     [
         (["--quorum", "1@10.0.0.1:2,2@10.0.0.2:2"], "no cluster secret"),
+        (["--quorum", "1@127.0.0.1:2"], "no cluster secret"),  # issue 17: no loopback exception
         (["--quorum", "2@127.0.0.1:2"], "is not one of the --quorum voters"),
         (["--quorum", "1@127.0.0.1:3"], "different ports"),
         (["--quorum", "1@127.0.0.1:2", "--config", "no.such=1"], "no.such"),

@@ -84,6 +84,30 @@ class Cluster:
         wait_until(one_active, timeout_s, "exactly one active node")
         return found[0]
 
+    def settled(self, timeout_s: float = WAIT_S) -> MetadataQuorum:
+        """The active node, once every running node follows it in its term.
+
+        :meth:`active` returns as soon as one node is active, possibly while a voter that is not yet
+        connected to it (connections are made at most every connection_retry_s, slower still on a loaded
+        machine) times out and starts an election in a higher term: pysyncobj has no pre-vote, so that
+        deposes the new leader. A test that asserts the term stays the same starts from here.
+        """
+        found: list[MetadataQuorum] = []
+
+        def all_follow() -> bool:
+            active = [n for n in self.nodes.values() if n.is_active()]
+            if len(active) != 1:
+                return False
+            term = active[0].status().raft_term
+            found[:] = active
+            return all(
+                (s.raft_term, s.leader_id) == (term, active[0].node_id)
+                for s in (n.status() for n in self.nodes.values())
+            )
+
+        wait_until(all_follow, timeout_s, "every node to follow one active node")
+        return found[0]
+
     def converged(self, timeout_s: float = WAIT_S) -> list[bytes]:
         """Wait until every running node holds the same log; return it.
 
@@ -124,7 +148,7 @@ def data(log: list[bytes]) -> list[bytes]:
 
 def test_elect_append_and_read_from_every_node(cluster: Callable[..., Cluster]) -> None:
     c = cluster().start_all()
-    active = c.active()
+    active = c.settled()
     first = active.append([b"a", b"b", b"c"], timeout_s=5)
     assert first.ok
     assert first.last_offset - first.base_offset == 2
@@ -167,7 +191,7 @@ def test_re_proposals_after_timeouts_commit_exactly_once(cluster: Callable[..., 
 
 def test_the_same_request_proposed_twice_is_applied_once_everywhere(cluster: Callable[..., Cluster]) -> None:
     c = cluster().start_all()
-    active = c.active()
+    active = c.settled()
     term = active.status().raft_term
     answers: list[tuple[Any, int]] = []
     done = threading.Semaphore(0)
@@ -390,7 +414,7 @@ def test_a_burst_from_many_threads_commits_without_an_election(cluster: Callable
     """Appends beyond max_in_flight_appends wait in the caller instead of flooding Raft: a burst from
     16 threads commits every record once, in distinct offsets, and the leader keeps its term."""
     c = cluster(tuning=QuorumTuning(max_in_flight_appends=4)).start_all()
-    active = c.active()
+    active = c.settled()
     term = active.status().raft_term
     results: list[AppendResult] = []
 
@@ -422,7 +446,7 @@ def test_followers_keep_every_entry_they_acknowledged_while_the_leader_resends(
     could then elect a node without them). Checked at every tick of every node, where elections start."""
     tuning = QuorumTuning(max_append_bytes=100_000, max_records_per_append=1)
     c = cluster(tuning=tuning).start_all()
-    active = c.active()
+    active = c.settled()
     term = active.status().raft_term
     shrinks: list[tuple[int, int, int]] = []
 
@@ -457,3 +481,32 @@ def test_followers_keep_every_entry_they_acknowledged_while_the_leader_resends(
     assert len(data(c.converged())) == 128
     assert active.status().raft_term == term, "an election: the check is only meaningful under one leader"
     assert not shrinks, f"(node, last index before, after) of logs that got shorter: {shrinks}"
+
+
+def test_a_follower_held_up_past_its_election_deadline_reads_the_heartbeats_first(
+    cluster: Callable[..., Cluster],
+) -> None:
+    """A follower's Raft thread held up for longer than the election timeout (here a 1 s fsync after a
+    tick; a busy disk or machine does it) must read the leader's heartbeats waiting in its socket before it
+    decides it heard nothing: no election, the leader stays."""
+    c = cluster().start_all()
+    active = c.settled()
+    term = active.status().raft_term
+    follower = next(n for n in c.nodes.values() if n is not active)
+    journal = follower._journal
+    assert journal is not None
+    real_flush = journal.flush
+    stalled = threading.Event()
+
+    def slow_flush() -> None:
+        if not stalled.is_set():
+            stalled.set()
+            time.sleep(2 * c.tuning.election_timeout_max_s)
+        real_flush()
+
+    journal.flush = slow_flush  # type: ignore[method-assign]
+    assert stalled.wait(WAIT_S)
+    time.sleep(4 * c.tuning.election_timeout_max_s)  # the stall, then time for an election to show
+    assert {n.node_id: n.status().raft_term for n in c.nodes.values()} == dict.fromkeys(c.nodes, term)
+    assert active.is_active()
+    assert active.append([b"after-the-stall"], timeout_s=5).ok

@@ -28,7 +28,7 @@ from pysyncobj.node import TCPNode
 from controller.quorum_node import free_ports
 from controller.raft.journal import DurableJournal, provide_journal
 from controller.raft.node import AckFlushingTransport, RaftNode
-from controller.raft.patches import cap_leader_commit
+from controller.raft.patches import cap_leader_commit, install_log_filter
 from controller.raft.state import AppendResult
 from controller.raft.tuning import QuorumTuning, syncobj_conf_kwargs
 
@@ -271,3 +271,25 @@ def test_a_committed_entry_replaced_is_reported(tmp_path: Path, caplog: pytest.L
     assert "Raft safety violated" in caplog.text
     assert list(journal[:]) == [entry(1, 1), entry(2, 1), entry(3, 2)]
     journal._destroy()
+
+
+def test_pysyncobjs_resend_message_is_debug_only(follower: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """pysyncobj logs CRITICAL "truncating already-applied log entries" for every re-send: nothing is
+    truncated (the journal deletes nothing), so the message shows only where DEBUG is enabled."""
+    f = follower(log_of(dict.fromkeys(range(1, 11), 2)), term=2, commit_index=8)
+    f.raft._SyncObj__raftLastApplied = 8  # as if 1..8 were applied
+    install_log_filter()  # as importing the driver does
+    pysyncobj_log = logging.getLogger("pysyncobj.syncobj")
+    level = pysyncobj_log.level
+    caplog.set_level(logging.DEBUG)  # the capturing handler takes everything that reaches it
+    try:
+        pysyncobj_log.setLevel(logging.WARNING)  # as the controller process sets it
+        assert acknowledged(f.append_entries(2, prev=entry(5, 2), entries=[entry(6, 2)], commit_index=8)) == 6
+        assert not [r for r in caplog.records if "truncating" in r.getMessage()]
+        pysyncobj_log.setLevel(logging.DEBUG)
+        assert acknowledged(f.append_entries(2, prev=entry(5, 2), entries=[entry(6, 2)], commit_index=8)) == 6
+        [record] = [r for r in caplog.records if "truncating" in r.getMessage()]
+        assert record.levelno == logging.DEBUG
+    finally:
+        pysyncobj_log.setLevel(level)
+    assert len(f.log) == 10

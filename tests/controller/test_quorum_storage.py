@@ -221,3 +221,25 @@ def test_tuning_rejects_timeouts_pysyncobj_would_assert_on() -> None:
         QuorumTuning(heartbeat_interval_s=0.2, election_timeout_min_s=0.3)
     with pytest.raises(ValueError, match="connection_timeout_s"):
         QuorumTuning(connection_timeout_s=0.5)
+
+
+def test_the_commit_index_is_saved_with_the_term_and_on_close_only(tmp_path: Path) -> None:
+    """pysyncobj's once-a-second timer runs on the Raft thread just before a follower's election check: it
+    writes (and fsyncs) nothing. The commit index is volatile in Raft; it goes with the term and vote."""
+    journal = filled(tmp_path / "j", 5)
+    journal.setCurrentTerm(2, None)
+    meta = (tmp_path / "j.meta").read_bytes()
+    journal.setRaftCommitIndex(4)
+    journal.onOneSecondTimer()
+    assert (tmp_path / "j.meta").read_bytes() == meta
+    crashed = DurableJournal(journal.path)  # what a restart after a crash reads now
+    assert (crashed.getCurrentTerm(), crashed.getRaftCommitIndex()) == (2, 1)
+    crashed._destroy()
+    journal.setCurrentTerm(3, "127.0.0.1:1")
+    crashed = DurableJournal(journal.path)
+    assert (crashed.getCurrentTerm(), crashed.getRaftCommitIndex()) == (3, 4)
+    crashed._destroy()
+    journal.setRaftCommitIndex(5)
+    again = reopen(journal)  # a clean close saves it
+    assert again.getRaftCommitIndex() == 5
+    again._destroy()

@@ -171,16 +171,23 @@ def test_malformed_framing_is_refused(cluster: Cluster, ledger: Ledger, topic: s
     check_healthy(cluster, ledger)
 
 
-def test_control_and_transactional_batches_from_clients_are_invalid_record(
-    cluster: Cluster, ledger: Ledger, topic: str
-) -> None:
+def test_a_control_batch_from_a_client_is_invalid_record(cluster: Cluster, ledger: Ledger, topic: str) -> None:
     now = int(time.time() * 1000)
     control = BatchBuilder(producer_id=3, producer_epoch=0, base_sequence=0, is_control=True)
     control.append(now, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")
     refused(cluster, topic, control.build(), "INVALID_RECORD", "control")
+    check_healthy(cluster, ledger)
+
+
+def test_a_transactional_batch_outside_a_verified_transaction_is_invalid_txn_state(
+    cluster: Cluster, ledger: Ledger, topic: str
+) -> None:
+    """Transactional batches are legal now, but only inside a transaction the coordinator verified for this
+    partition (KIP-890 part 1): a made-up producer id has none."""
+    now = int(time.time() * 1000)
     transactional = BatchBuilder(producer_id=3, producer_epoch=0, base_sequence=0, is_transactional=True)
     transactional.append(now, None, b"v")
-    refused(cluster, topic, transactional.build(), "INVALID_RECORD", "transactional")
+    refused(cluster, topic, transactional.build(), "INVALID_TXN_STATE", "no verified transaction")
     check_healthy(cluster, ledger)
 
 

@@ -56,6 +56,27 @@ class FakeLeader:
         ]
         return pb.FetchResponse(topics=[pb.FetchTopicResponse(name=TOPIC, partitions=answers)])
 
+    def ReplicaFetch(self, requests: Iterator[Any]) -> FakeStream:  # noqa: N802
+        return FakeStream(self, requests)
+
+
+class FakeStream:
+    """The ReplicaFetch stream of :class:`FakeLeader`: each answer is the Fetch of the next request."""
+
+    def __init__(self, leader: FakeLeader, requests: Iterator[Any]) -> None:
+        self.leader = leader
+        self.requests = requests
+        self.cancelled = False
+
+    def __iter__(self) -> FakeStream:
+        return self
+
+    def __next__(self) -> Any:
+        return self.leader.Fetch(next(self.requests), 1.0)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
 
 @pytest.fixture
 def follower(tmp_path: Path) -> Iterator[BrokerHarness]:

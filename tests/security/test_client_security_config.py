@@ -91,3 +91,27 @@ def test_load_properties_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "client.properties"
     path.write_text("security.protocol=SSL\n")
     assert load_properties(path) == {"security.protocol": "SSL"}
+
+
+def test_spark_passes_the_security_keys_through(tmp_path: Path) -> None:
+    """Spark's source and sink take ``kafka.<key>`` as Spark's Kafka source does; the security keys reach the
+    consumer, the producer and the admin client, and a bad combination fails on the driver."""
+    from spark import clients
+    from spark.options import parse_sink_options, parse_source_options
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+    options = {"bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders", "kafka.security.protocol": "SASL_SSL",
+               "kafka.ssl.ca.location": str(ca), "kafka.sasl.mechanism": "SCRAM-SHA-256",
+               "kafka.sasl.username": "bob", "kafka.sasl.password": "pw"}  # fmt: skip
+    source = parse_source_options(options, streaming=False)
+    assert source.client["security.protocol"] == "SASL_SSL"
+    assert source.client["sasl.username"] == "bob"
+    clients.validate_consumer_config(source.client)
+    sink = parse_sink_options({k: v for k, v in options.items() if k != "subscribe"})
+    clients.validate_producer_config(sink.client)
+    admin_keys = {k for k in source.client if k in clients._ADMIN_KEYS}
+    assert {"security.protocol", "ssl.ca.location", "sasl.mechanism", "sasl.username", "sasl.password"} <= admin_keys
+    with pytest.raises(ConfigError, match="SASL_SSL"):
+        clients.validate_consumer_config({**source.client, "security.protocol": "SASL_PLAINTEXT",
+                                          "sasl.mechanism": "PLAIN"})  # fmt: skip

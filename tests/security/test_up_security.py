@@ -1,0 +1,76 @@
+"""``odradek up --security ssl|sasl_ssl``: one command makes a secured cluster and the client settings to use it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from odradek.security.config import load_properties
+from tests.cli.helpers import UpProcess, odradek
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("mode", ["ssl", "sasl_ssl"])
+def test_up_with_security(mode: str, start_up: Callable[..., UpProcess], env: dict[str, str]) -> None:
+    up = start_up(1, 2, extra=("--security", mode))
+    doc = up.wait_ready()
+    assert doc["security"] == mode
+    properties = Path(doc["client_properties"])
+    assert properties.stat().st_mode & 0o777 == 0o600
+    keys = load_properties(properties)
+    assert keys["security.protocol"] == ("SSL" if mode == "ssl" else "SASL_SSL")
+    kafka_servers = doc["kafka_bootstrap_servers"]
+    assert kafka_servers
+    servers = doc["bootstrap_servers"]
+    assert f"--command-config {properties}" in up.stdout()
+
+    def cli(*args: str, config: bool = True, stdin: bytes | None = None) -> tuple[int, str, str]:
+        extra = ["--command-config", str(properties)] if config else []
+        done = odradek([*args, "--bootstrap-servers", servers, *extra], env, input=stdin)
+        return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+    code, _, err = cli("topics", "create", "orders", "--partitions", "2", "--replication-factor", "2")
+    assert code == 0, err
+    code, _, err = cli("produce", "orders", stdin=b"one\ntwo\nthree\n")
+    assert code == 0, err
+    code, out, err = cli("consume", "orders", "--from-beginning", "--max-messages", "3", "--timeout-ms", "20000")
+    assert code == 0, err
+    assert sorted(out.split()) == ["one", "three", "two"]
+    code, out, _ = cli("cluster")
+    assert code == 0
+    assert out.count("SERVING") == 3  # health over TLS
+
+    # a Kafka client (librdkafka) with the same keys on the Kafka-protocol listener
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from confluent_kafka.admin import AdminClient
+
+    kafka_config = {k: v for k, v in keys.items() if not k.startswith("ssl.certificate") and k != "ssl.key.location"}
+    if mode == "ssl":  # librdkafka names the client certificate's keys so too
+        kafka_config |= {"ssl.certificate.location": keys["ssl.certificate.location"],
+                         "ssl.key.location": keys["ssl.key.location"]}  # fmt: skip
+    listed = AdminClient({**kafka_config, "bootstrap.servers": kafka_servers}).list_topics(timeout=15)
+    assert "orders" in listed.topics
+
+    # without the settings the cluster answers nothing
+    code, _, err = cli("topics", "list", config=False)
+    assert code != 0
+    # a user without ACLs sees nothing and may do nothing (the authorizer is on)
+    if mode == "sasl_ssl":
+        code, _, err = cli("users", "add", "bob", "--mechanism", "SCRAM-SHA-512", stdin=b"bob-secret\n")
+        assert code == 0, err
+        bob = properties.with_name("bob.properties")
+        bob.write_text(properties.read_text().replace("sasl.username=admin", "sasl.username=bob")
+                       .replace(f"sasl.password={keys['sasl.password']}", "sasl.password=bob-secret"))  # fmt: skip
+        done = odradek(["topics", "list", "--bootstrap-servers", servers, "--command-config", str(bob)], env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.decode().split() == []
+        done = odradek(["produce", "orders", "--bootstrap-servers", servers, "--command-config", str(bob)], env,
+                       input=b"x\n")  # fmt: skip
+        assert done.returncode != 0
+        assert "AUTHORIZATION_FAILED" in done.stderr.decode()
