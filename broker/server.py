@@ -188,7 +188,9 @@ class BrokerServer:
         self.ctx.producer_ids = ProducerIdManager(
             controller_allocator(self.channel.call, options.node_id, lambda: self.lifecycle.broker_epoch, 10.0)
         )
-        self.peers = self.ctx.peers = BrokerPeers(self.metadata)
+        self.peers = self.ctx.peers = BrokerPeers(
+            self.metadata, self.security.channel_credentials(self.security.protocol(LISTENER))
+        )
         self.txn_coordinator = TransactionCoordinator(
             options.node_id, TxnConfig.from_broker(config.get), self.clock, self.replicas, self.metadata,
             self.ctx.producer_ids.next_producer_id, self._send_markers,

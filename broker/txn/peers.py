@@ -13,10 +13,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import grpc
-
 from broker.metadata_cache import MetadataCache
 from broker.replica_fetcher import inter_broker_address
+from controller.security.settings import open_channel
 from proto import broker_pb2_grpc
 
 CALL_TIMEOUT_S = 10.0
@@ -25,8 +24,9 @@ CALL_TIMEOUT_S = 10.0
 class BrokerPeers:
     """gRPC stubs of the other brokers, by broker id (their inter-broker listener)."""
 
-    def __init__(self, metadata: MetadataCache) -> None:
+    def __init__(self, metadata: MetadataCache, credentials: Any = None) -> None:
         self._metadata = metadata
+        self._credentials = credentials  # TLS when the inter-broker listener is (as the replica fetchers)
         self._lock = threading.Lock()
         self._channels: dict[int, tuple[str, Any, Any]] = {}  # broker id -> (address, channel, stub)
         self._closed = False
@@ -44,7 +44,7 @@ class BrokerPeers:
                 return found[2]
             if found is not None:
                 found[1].close()
-            channel = grpc.insecure_channel(address)
+            channel = open_channel(address, self._credentials)
             stub = broker_pb2_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
             self._channels[broker_id] = (address, channel, stub)
             return stub

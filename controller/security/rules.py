@@ -129,6 +129,22 @@ def _find_coordinator(req: Any, check: Check) -> Denial | None:
     return check.need(Op.DESCRIBE, rtype, list(req.keys))
 
 
+def _txn(also: Rule | None = None) -> Rule:
+    """WRITE on the request's transactional id, then ``also``'s requirement."""
+
+    def rule(req: Any, check: Check) -> Denial | None:
+        denial = check.need(Op.WRITE, Rt.TRANSACTIONAL_ID, [req.transactional_id])
+        return denial if denial is not None or also is None else also(req, check)
+
+    return rule
+
+
+def _add_partitions_to_txn(req: Any, check: Check) -> Denial | None:
+    if req.verify_only:  # a partition leader asking (KIP-890): brokers only
+        return check.cluster(Op.CLUSTER_ACTION)
+    return _txn(_topics(Op.WRITE, lambda r: [t.topic for t in r.topics]))(req, check)
+
+
 def _group(op: AclOperation, also_topics: AclOperation | None = None, topic_names: Any = None) -> Rule:
     def rule(req: Any, check: Check) -> Denial | None:
         denial = check.need(op, Rt.GROUP, [req.group_id])
@@ -174,6 +190,16 @@ BROKER_RULES: Mapping[str, Rule] = {
     "ListGroups": _no_requirement,  # R5: filtered by DESCRIBE
     "ConsumerGroupDescribe": lambda req, check: check.need(Op.DESCRIBE, Rt.GROUP, list(req.group_ids)),
     "DeleteGroups": lambda req, check: check.need(Op.DELETE, Rt.GROUP, list(req.group_ids)),
+    # transactions (Kafka's rules; ListTransactions needs DESCRIBE on the cluster here, where Kafka filters
+    # the list by DESCRIBE on each transactional id)
+    "AddPartitionsToTxn": _add_partitions_to_txn,
+    "AddOffsetsToTxn": _txn(_group(Op.READ)),
+    "EndTxn": _txn(),
+    "TxnOffsetCommit": _txn(_group(Op.READ, Op.READ, lambda r: [t.name for t in r.topics])),
+    "WriteTxnMarkers": _cluster(Op.CLUSTER_ACTION),
+    "ListTransactions": _cluster(Op.DESCRIBE),
+    "DescribeTransactions": lambda req, check: check.need(Op.DESCRIBE, Rt.TRANSACTIONAL_ID,
+                                                          list(req.transactional_ids)),
 }
 
 _BROKER_ONLY = ("RegisterBroker", "BrokerHeartbeat", "AlterPartition", "FetchMetadata", "AllocateProducerIds")

@@ -61,6 +61,18 @@ BROKER_CASES: dict[str, tuple[Any, str, list[tuple[AclOperation, Rt, str]]]] = {
                     [(Op.DESCRIBE, Rt.GROUP, "g"), (Op.DESCRIBE, Rt.TOPIC, "t")]),
     "ConsumerGroupDescribe": (b.ConsumerGroupDescribeRequest(group_ids=["g"]), "GROUP", [(Op.DESCRIBE, Rt.GROUP, "g")]),
     "DeleteGroups": (b.DeleteGroupsRequest(group_ids=["g"]), "GROUP", [(Op.DELETE, Rt.GROUP, "g")]),
+    "AddPartitionsToTxn": (b.AddPartitionsToTxnRequest(transactional_id="x", topics=[b.TopicPartitions(topic="t")]),
+                           "TRANSACTIONAL_ID", [(Op.WRITE, Rt.TRANSACTIONAL_ID, "x"), (Op.WRITE, Rt.TOPIC, "t")]),
+    "AddOffsetsToTxn": (b.AddOffsetsToTxnRequest(transactional_id="x", group_id="g"), "TRANSACTIONAL_ID",
+                        [(Op.WRITE, Rt.TRANSACTIONAL_ID, "x"), (Op.READ, Rt.GROUP, "g")]),
+    "EndTxn": (b.EndTxnRequest(transactional_id="x"), "TRANSACTIONAL_ID", [(Op.WRITE, Rt.TRANSACTIONAL_ID, "x")]),
+    "TxnOffsetCommit": (b.TxnOffsetCommitRequest(transactional_id="x", group_id="g",
+                                                 topics=[b.OffsetCommitRequest.Topic(name="t")]), "TRANSACTIONAL_ID",
+                        [(Op.WRITE, Rt.TRANSACTIONAL_ID, "x"), (Op.READ, Rt.GROUP, "g"), (Op.READ, Rt.TOPIC, "t")]),
+    "WriteTxnMarkers": (b.WriteTxnMarkersRequest(), "CLUSTER", [(Op.CLUSTER_ACTION, *CLUSTER)]),
+    "ListTransactions": (b.ListTransactionsRequest(), "CLUSTER", [(Op.DESCRIBE, *CLUSTER)]),
+    "DescribeTransactions": (b.DescribeTransactionsRequest(transactional_ids=["x"]), "TRANSACTIONAL_ID",
+                             [(Op.DESCRIBE, Rt.TRANSACTIONAL_ID, "x")]),
 }  # fmt: skip
 
 
