@@ -42,6 +42,7 @@ from odradek.net import Cluster, ClusterClient, TopicInfo
 from odradek.partitioner import StickyPartitioner, partition_for_key
 from odradek.sender import Sender
 from odradek.transactions import TransactionManager
+from odradek.txn_handle import TransactionHandle
 from odradek.types import ConsumerGroupMetadata, Header, RecordMetadata, TopicPartition
 
 INT64_MAX = 2**63 - 1
@@ -293,6 +294,13 @@ class Producer:
                 raise KafkaTimeoutError(f"the unsent records were not dropped within {wait_s} s")
 
         txn.abort_transaction(abort_unsent, lambda: self.flush(timeout))
+
+    def transaction_handle(self) -> TransactionHandle:
+        """The open transaction's id, producer id and epoch, for another process to end it
+        (``odradek.txn_handle.end_transaction``: a two-phase commit, as Spark's exactly-once sink does). Call it
+        after ``flush``; the transaction stays open (this producer must not commit or abort it too)."""
+        txn = self._transactions("transaction_handle")
+        return txn.handle()
 
     def _transactions(self, what: str) -> TransactionManager:
         if self._txn is None:

@@ -48,6 +48,7 @@ from odradek.errors import (
 from odradek.group.coordinator import REDISCOVER_CODES, TRANSACTION_KEY_TYPE, CoordinatorClient
 from odradek.idempotence import IdempotenceState
 from odradek.net import ClusterClient
+from odradek.txn_handle import TransactionHandle
 from odradek.types import ConsumerGroupMetadata, TopicPartition
 from proto import broker_pb2
 
@@ -206,6 +207,13 @@ class TransactionManager:
         with self._lock:
             self._state = State.READY
             self._error = None
+
+    def handle(self) -> TransactionHandle:
+        """The open transaction, to be ended elsewhere (``odradek.txn_handle``); ABORTABLE raises its cause."""
+        with self._lock:
+            self._check_in_transaction("transaction_handle()")
+            return TransactionHandle(self.transactional_id, self._idempotence.producer_id,
+                                     self._idempotence.producer_epoch)  # fmt: skip
 
     def on_record_error(self, error: BaseException) -> None:
         """The sender thread: a record of the current transaction failed (ABORTABLE, or FATAL when fenced)."""

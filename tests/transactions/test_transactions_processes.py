@@ -232,3 +232,29 @@ def test_transactions_tool(cluster: Cluster, tmp_path: Path) -> None:
         p.abort_transaction()
     finally:
         p.close()
+
+
+def test_another_process_ends_the_transaction_two_phase(cluster: Cluster) -> None:
+    """Phase one in a producer (records flushed, the transaction left open), phase two elsewhere with the
+    handle (EndTxn by id, producer id and epoch), as Spark's exactly-once sink does; a fenced handle fails."""
+    from odradek.txn_handle import end_transaction
+
+    cluster.create_topic("two-phase", partitions=1, replication_factor=1)
+    config = {"bootstrap.servers": cluster.bootstrap_servers}
+    handles = []
+    for value in (b"kept", b"dropped"):
+        p = producer(cluster, f"tx-2pc-{value.decode()}")
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("two-phase", value=value, partition=0)
+        p.flush()
+        handles.append(p.transaction_handle())
+        p.close()  # the transaction stays open
+    end_transaction(config, handles[0], commit=True)
+    end_transaction(config, handles[1], commit=False)
+    assert read_all(cluster, "two-phase", 1, "read_committed", until=1) == [b"kept"]
+    successor = producer(cluster, "tx-2pc-kept")
+    successor.init_transactions()  # a new epoch: the old handle is fenced
+    successor.close()
+    with pytest.raises(ProducerFencedError):
+        end_transaction(config, handles[0], commit=True)
