@@ -112,6 +112,8 @@ def test_exactly_once_streaming_write_survives_a_rerun_of_a_committed_micro_batc
     assert last.exists()  # the micro-batch did run again (Spark wrote its commit log entry this time)
     committed = consume_read_committed(cluster, sink, 2, expected=60)
     assert sorted(committed) == sorted(b"%d" % i for i in range(60))
+    back = reader(spark, cluster, subscribe=sink, **{"kafka.isolation.level": "read_committed"}).load().collect()
+    assert sorted(r["value"] for r in back) == sorted(b"%d" % i for i in range(60))  # the source, read_committed
 
 
 def consume_read_committed(cluster: Cluster, topic: str, partitions: int, expected: int) -> list[bytes]:
