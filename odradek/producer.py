@@ -41,7 +41,7 @@ from odradek.idempotence import IdempotenceState
 from odradek.net import Cluster, ClusterClient, TopicInfo
 from odradek.partitioner import StickyPartitioner, partition_for_key
 from odradek.sender import Sender
-from odradek.transactions import TransactionManager
+from odradek.transactions import TransactionalGate, TransactionManager
 from odradek.txn_handle import TransactionHandle
 from odradek.types import ConsumerGroupMetadata, Header, RecordMetadata, TopicPartition
 
@@ -95,7 +95,8 @@ class Producer:
         if cfg.transactional_id:
             assert self._idempotence is not None, "the config makes a transactional producer idempotent"
             self._txn = TransactionManager(self._client, cfg.transactional_id, cfg.transaction_timeout_ms,
-                                           self._idempotence, self._clock, cfg.max_block_ms)  # fmt: skip
+                                           self._idempotence, self._clock, cfg.max_block_ms,
+                                           self._wakeup)  # fmt: skip
         self._accumulator = RecordAccumulator(
             batch_size=cfg.batch_size,
             linger_ms=cfg.linger_ms,
@@ -105,7 +106,8 @@ class Producer:
             clock=self._clock,
             wakeup=self._wakeup,
             max_in_flight_per_partition=cfg.max_in_flight_requests_per_connection if self._idempotence else 1,
-            gate=self._idempotence,
+            gate=self._idempotence if self._txn is None or self._idempotence is None
+            else TransactionalGate(self._idempotence, self._txn),  # fmt: skip
             transactional=self._txn is not None,
         )
         self._partitioner = StickyPartitioner(rng)
@@ -254,6 +256,8 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        if self._txn is not None:
+            self._txn.close()
         self._sender.initiate_close()
         if self._sender.is_sender_thread:
             return

@@ -13,8 +13,10 @@ States and what moves them (one lock; the application's thread calls, the sender
   producer id and epoch (InitProducerId with the transactional id and ``transaction.timeout.ms``), retrying
   CONCURRENT_TRANSACTIONS and coordinator moves within ``max.block.ms``: a previous instance's open
   transaction is aborted first, and the previous instance is fenced.
-* C2. A record goes to a partition only once the coordinator added that partition to the transaction
-  (AddPartitionsToTxn, before the record is queued); ``send`` outside a transaction raises.
+* C2. A record goes to a partition only once the coordinator added that partition to the transaction:
+  ``send`` queues the record and registers the partition; an adder thread sends one AddPartitionsToTxn for
+  every partition registered meanwhile (as Kafka's sender does), and the accumulator drains a partition's
+  batches only once it is added (:class:`TransactionalGate`). ``send`` outside a transaction raises.
 * C3. ``send_offsets_to_transaction`` adds the group's offsets partition (AddOffsetsToTxn), then commits the
   offsets to the group's coordinator as part of the transaction (TxnOffsetCommit).
 * C4. ``commit_transaction`` first flushes: every record is written or has failed. If one failed, the commit
@@ -34,6 +36,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from odradek.accumulator import ProducerBatch
 from odradek.clock import Clock
 from odradek.errors import (
     ConcurrentTransactionsError,
@@ -78,6 +81,7 @@ class TransactionManager:
         idempotence: IdempotenceState,
         clock: Clock,
         max_block_ms: int,
+        wakeup: Callable[[], None] = lambda: None,
     ) -> None:
         self.transactional_id = transactional_id
         self._timeout_ms = transaction_timeout_ms
@@ -88,7 +92,13 @@ class TransactionManager:
         self._coordinator = CoordinatorClient(client, transactional_id, TRANSACTION_KEY_TYPE)
         self._lock = threading.Lock()
         self._state = State.UNINITIALIZED
-        self._partitions: set[TopicPartition] = set()  # added to the current transaction (C2)
+        self._partitions: set[TopicPartition] = set()  # registered in the current transaction (C2)
+        self._added: frozenset[TopicPartition] = frozenset()  # added by the coordinator (read by the sender)
+        self._pending: set[TopicPartition] = set()  # registered, AddPartitionsToTxn not answered yet
+        self._changed = threading.Condition(self._lock)
+        self._adder: threading.Thread | None = None
+        self._closed = False
+        self._wakeup = wakeup  # the sender: a partition was added, its batches may go
         self._started = False  # the coordinator knows of the current transaction
         self._error: BaseException | None = None  # why ABORTABLE or FATAL
 
@@ -116,11 +126,13 @@ class TransactionManager:
                 raise IllegalStateError(f"begin_transaction() in state {self._state.value}" + _HINTS[self._state])
             self._state = State.IN_TRANSACTION
             self._partitions = set()
+            self._added = frozenset()
             self._started = False
             self._error = None
 
     def before_send(self, tp: TopicPartition) -> None:
-        """C2: called by ``send`` for the record's partition before it is queued."""
+        """C2: called by ``send`` for the record's partition before it is queued: registers the partition for
+        the adder thread (never waits for the coordinator)."""
         if tp in self._partitions and self._state is State.IN_TRANSACTION:
             return
         with self._lock:
@@ -130,14 +142,67 @@ class TransactionManager:
             if self._state is not State.IN_TRANSACTION:
                 raise IllegalStateError(f"send() of a transactional producer outside a transaction (state "
                                         f"{self._state.value}): call begin_transaction() first")  # fmt: skip
-        request = broker_pb2.AddPartitionsToTxnRequest(transactional_id=self.transactional_id,
-                                                       producer_id=self._idempotence.producer_id,
-                                                       producer_epoch=self._idempotence.producer_epoch)  # fmt: skip
-        request.topics.add(topic=tp.topic, partitions=[tp.partition])
-        self._call("AddPartitionsToTxn", request, _add_partitions_error)
-        with self._lock:
+            if tp in self._partitions:
+                return
             self._partitions.add(tp)
-            self._started = True
+            self._pending.add(tp)
+            if self._adder is None:
+                self._adder = threading.Thread(target=self._add_partitions, daemon=True,
+                                               name=f"odradek-txn-adder-{self.transactional_id}")  # fmt: skip
+                self._adder.start()
+            self._changed.notify_all()
+
+    def is_added(self, tp: TopicPartition) -> bool:
+        """Whether batches of ``tp`` may be sent (the sender thread asks; the set is replaced, never mutated)."""
+        return tp in self._added
+
+    def _add_partitions(self) -> None:
+        """The adder thread: one AddPartitionsToTxn for the partitions registered meanwhile, again and again."""
+        while True:
+            with self._lock:
+                while not self._pending and not self._closed:
+                    self._changed.wait()
+                if self._closed:
+                    return
+                batch = sorted(self._pending)
+            request = broker_pb2.AddPartitionsToTxnRequest(transactional_id=self.transactional_id,
+                                                           producer_id=self._idempotence.producer_id,
+                                                           producer_epoch=self._idempotence.producer_epoch)
+            by_topic: dict[str, list[int]] = {}
+            for tp in batch:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            for topic, numbers in by_topic.items():
+                request.topics.add(topic=topic, partitions=numbers)
+            try:
+                self._call("AddPartitionsToTxn", request, _add_partitions_error)
+                added = True
+            except Exception:  # _call made the transaction ABORTABLE or the producer FATAL
+                added = False
+            with self._lock:
+                self._pending.difference_update(batch)
+                # On a failure the batches go anyway: their leaders refuse them (no verified transaction, S11),
+                # so they fail and flush() ends; the commit then raises the cause.
+                self._added = self._added | frozenset(batch)
+                self._started = self._started or added
+                self._changed.notify_all()
+            self._wakeup()
+
+    def _wait_for_adds(self) -> None:
+        """Until no AddPartitionsToTxn is outstanding (bounded by ``max.block.ms``)."""
+        deadline = time.monotonic() + self._max_block_ms / 1000
+        with self._lock:
+            while self._pending:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise KafkaTimeoutError(f"AddPartitionsToTxn for {self.transactional_id!r} did not finish "
+                                            f"within {self._max_block_ms} ms")  # fmt: skip
+                self._changed.wait(remaining)
+
+    def close(self) -> None:
+        """Stop the adder thread (the producer closes)."""
+        with self._lock:
+            self._closed = True
+            self._changed.notify_all()
 
     def send_offsets_to_transaction(
         self, offsets: Mapping[TopicPartition, int], group_metadata: ConsumerGroupMetadata | str
@@ -177,6 +242,7 @@ class TransactionManager:
         with self._lock:
             self._check_in_transaction("commit_transaction()")
         flush()
+        self._wait_for_adds()
         with self._lock:
             if self._state is State.ABORTABLE:
                 assert self._error is not None
@@ -196,8 +262,10 @@ class TransactionManager:
             started = self._started
         abort_unsent()
         flush()
+        self._wait_for_adds()
         with self._lock:
             self._check_not_fatal()
+            started = self._started
         if started:
             self._end(commit=False)
         if self._idempotence.bump_requested:  # C5: the sequences need the next epoch
@@ -293,6 +361,21 @@ class TransactionManager:
             raise self._error
         if self._state is not State.IN_TRANSACTION:
             raise IllegalStateError(f"{what} in state {self._state.value}" + _HINTS[self._state])
+
+
+class TransactionalGate:
+    """The accumulator's drain gate for a transactional producer: a batch goes out once its partition is in the
+    transaction (C2), then as idempotence says (``odradek.idempotence``)."""
+
+    def __init__(self, idempotence: IdempotenceState, transactions: TransactionManager) -> None:
+        self._idempotence = idempotence
+        self._transactions = transactions
+
+    def may_drain(self, batch: ProducerBatch, in_flight: int) -> bool:
+        return self._transactions.is_added(batch.tp) and self._idempotence.may_drain(batch, in_flight)
+
+    def on_drain(self, batch: ProducerBatch) -> None:
+        self._idempotence.on_drain(batch)
 
 
 _HINTS = {

@@ -82,7 +82,7 @@ def main() -> None:
         txn, commits = transactional(servers, "bench", args.seconds, args.commit_ms)
         base_again = idempotent(servers, "bench", args.seconds)  # the machine's speed drifts: bracket it
     baseline = (base + base_again) / 2
-    cuts = statistics.quantiles(commits, n=100) if len(commits) >= 2 else [commits[0]] * 99
+    cuts = statistics.quantiles(commits, n=100, method="inclusive") if len(commits) >= 2 else [commits[0]] * 99
     figures = {
         "idempotent_records_per_sec": round(baseline),
         "transactional_records_per_sec": round(txn),
