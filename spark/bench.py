@@ -6,8 +6,8 @@
 1. **write**: ``spark.range(N)`` as ``--record-size``-byte values, ``df.write.format("odradek")`` into a
    new topic of ``--partitions`` partitions (acks=all): records/s over the whole job.
 2. **streaming write, at-least-once vs exactly-once**: a streaming query (availableNow) copies that topic
-   to a new one with the sink's default and then with ``exactlyOnce=true`` (transactions committed by the
-   driver): records/s of each and their ratio.
+   to a new one with the sink's default and with ``exactlyOnce=true`` (transactions committed by the
+   driver), alternated twice: the best records/s of each and their ratio.
 3. **batch read**: ``spark.read.format("odradek")`` of that topic, every value's length summed (so every
    record crosses from the reader to the JVM): records/s over the whole job, best of ``--read-runs``.
 4. **micro-batch latency**: a streaming query (default trigger: as fast as it can) over a second topic
@@ -198,8 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         results["write"] = w = bench_write(spark, servers, bulk, args.records, args.record_size)
         print(f"spark write: {w['records']} records in {w['seconds']:.1f} s = {w['records_per_sec']:,.0f} records/s")
         n = args.records  # the streaming writes copy the whole bulk topic
-        results["stream_write_at_least_once"] = a = bench_stream_write(spark, servers, bulk, alo, n, False)
-        results["stream_write_exactly_once"] = e = bench_stream_write(spark, servers, bulk, eos, n, True)
+        streams = [bench_stream_write(spark, servers, bulk, topic, n, once)  # alternated, best of two each: the
+                   for _ in range(2) for topic, once in ((alo, False), (eos, True))]  # first query pays warm-up
+        results["stream_write_at_least_once"] = a = max(streams[0::2], key=lambda r: r["records_per_sec"])
+        results["stream_write_exactly_once"] = e = max(streams[1::2], key=lambda r: r["records_per_sec"])
         results["exactly_once_ratio"] = e["records_per_sec"] / a["records_per_sec"]
         print(f"streaming write of {n} records: at-least-once {a['records_per_sec']:,.0f} records/s, exactly-once "
               f"{e['records_per_sec']:,.0f} records/s (ratio {results['exactly_once_ratio']:.2f})")  # fmt: skip
