@@ -1,6 +1,7 @@
 """Workarounds for pysyncobj 0.3.17 (pinned in pyproject.toml), each scoped to our SyncObj instances.
 
-The journal hook lives in journal.py; these are the others:
+The journal hook lives in journal.py, the read before a follower's election check in
+``controller.raft.node.RaftNode.read_before_election_check``; these are the others:
 
 - :func:`cap_leader_commit`: a follower sets its commit index to min(leader's commit index, its own
   last log index), but Raft (Figure 2, AppendEntries step 5) caps it at the index of the last new

@@ -32,7 +32,7 @@ import grpc.aio
 from controller.image import MetadataImage
 from controller.security.authorizer import Authorizer
 from controller.security.principal_rules import PrincipalMapper, PrincipalMappingError
-from controller.security.rules import Check, Rule, filter_groups, filter_metadata
+from controller.security.rules import Check, Rule, filter_groups, filter_metadata, filter_transactions
 from controller.security.token import TokenError, TokenSigner
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -132,7 +132,33 @@ def _post(method: str, request: Any, response: Any, check: Check | None) -> Any:
             filter_metadata(response, check, request.topics)
         elif method == "ListGroups":
             filter_groups(response, check)
+        elif method == "ListTransactions":
+            filter_transactions(response, check)
     return response
+
+
+def _refusing(handler: Any, method: str) -> Any:
+    """A handler of ``handler``'s kind that refuses every call (fail closed, R1)."""
+    details = f"CLUSTER_AUTHORIZATION_FAILED: {method} is not served checked"
+
+    async def refuse_unary(request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, details)
+
+    async def refuse_stream(request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, details)
+        yield  # an async generator, as a streaming handler must be
+
+    kinds = {
+        "unary_stream": grpc.unary_stream_rpc_method_handler,
+        "stream_unary": grpc.stream_unary_rpc_method_handler,
+        "stream_stream": grpc.stream_stream_rpc_method_handler,
+    }
+    for kind, make in kinds.items():
+        if getattr(handler, kind) is not None:
+            refuse = refuse_unary if kind == "stream_unary" else refuse_stream
+            return make(refuse, request_deserializer=handler.request_deserializer,
+                        response_serializer=handler.response_serializer)  # fmt: skip
+    return handler
 
 
 def _abort_sync(context: Any, refused: Refused) -> None:
@@ -142,17 +168,46 @@ def _abort_sync(context: Any, refused: Refused) -> None:
 
 
 class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Wraps every unary-unary handler of the listener with :class:`CallSecurity` (module docstring)."""
+    """Wraps every handler of the listener with :class:`CallSecurity` (module docstring): a unary call is
+    checked once, each message of a request stream (ReplicaFetch) as its own request; any other kind of
+    handler is refused rather than served unchecked."""
 
     def __init__(self, security: CallSecurity) -> None:
         self._security = security
 
+    def _streaming(self, handler: Any, method: str) -> Any:
+        security = self._security
+        behavior = handler.stream_stream
+        if behavior is None or not inspect.isasyncgenfunction(behavior):
+            return _refusing(handler, method)  # no such RPC today: fail closed rather than serve it unchecked
+
+        async def checked_stream(request_iterator: Any, context: Any) -> Any:
+            async def checked_requests() -> Any:
+                async for request in request_iterator:
+                    try:
+                        security.check(method, request, context)
+                    except Refused as refused:
+                        if refused.reauthenticate:
+                            context.set_trailing_metadata(((REAUTHENTICATE, "1"),))
+                        await context.abort(refused.status, f"{refused.code}: {refused}")
+                    yield request
+
+            async for response in behavior(checked_requests(), context):
+                yield response
+
+        return grpc.stream_stream_rpc_method_handler(
+            checked_stream, request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )  # fmt: skip
+
     async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
         handler = await continuation(handler_call_details)
         full = handler_call_details.method
-        if handler is None or full.startswith(OPEN_SERVICES) or handler.unary_unary is None:
+        if handler is None or full.startswith(OPEN_SERVICES):
             return handler
         method = full.rsplit("/", 1)[-1]
+        if handler.unary_unary is None:
+            return self._streaming(handler, method)
         behavior = handler.unary_unary
         security = self._security
 

@@ -8,12 +8,13 @@ None (allowed) or a :class:`Denial` with Kafka's error code. Rules the tests cit
   resource's type (TOPIC_, GROUP_, CLUSTER_, TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and changes nothing.
   (Kafka answers per topic and serves the others; here a multi-topic call is all or nothing.)
 * R3. Broker-only operations (RegisterBroker, BrokerHeartbeat, AlterPartition, FetchMetadata,
-  AllocateProducerIds, a follower's Fetch, ListOffsets and OffsetsForLeaderEpoch with ``replica_id >= 0``)
-  need ClusterAction on the cluster.
+  AllocateProducerIds, WriteTxnMarkers, a follower's Fetch, ListOffsets and OffsetsForLeaderEpoch with
+  ``replica_id >= 0``) need ClusterAction on the cluster.
 * R4. On a controller, ClusterAction on the cluster allows every RPC: brokers forward admin calls they have
   authorized already (Kafka forwards them in an envelope; Odradek's brokers call as themselves).
 * R5. Metadata answers only the topics the principal may DESCRIBE (:func:`filter_metadata`); ListGroups
-  without DESCRIBE on the cluster answers only the groups it may DESCRIBE (:func:`filter_groups`).
+  without DESCRIBE on the cluster answers only the groups it may DESCRIBE (:func:`filter_groups`);
+  ListTransactions only the transactional ids it may DESCRIBE (:func:`filter_transactions`).
 """
 
 from __future__ import annotations
@@ -129,22 +130,6 @@ def _find_coordinator(req: Any, check: Check) -> Denial | None:
     return check.need(Op.DESCRIBE, rtype, list(req.keys))
 
 
-def _txn(also: Rule | None = None) -> Rule:
-    """WRITE on the request's transactional id, then ``also``'s requirement."""
-
-    def rule(req: Any, check: Check) -> Denial | None:
-        denial = check.need(Op.WRITE, Rt.TRANSACTIONAL_ID, [req.transactional_id])
-        return denial if denial is not None or also is None else also(req, check)
-
-    return rule
-
-
-def _add_partitions_to_txn(req: Any, check: Check) -> Denial | None:
-    if req.verify_only:  # a partition leader asking (KIP-890): brokers only
-        return check.cluster(Op.CLUSTER_ACTION)
-    return _txn(_topics(Op.WRITE, lambda r: [t.topic for t in r.topics]))(req, check)
-
-
 def _group(op: AclOperation, also_topics: AclOperation | None = None, topic_names: Any = None) -> Rule:
     def rule(req: Any, check: Check) -> Denial | None:
         denial = check.need(op, Rt.GROUP, [req.group_id])
@@ -190,14 +175,29 @@ BROKER_RULES: Mapping[str, Rule] = {
     "ListGroups": _no_requirement,  # R5: filtered by DESCRIBE
     "ConsumerGroupDescribe": lambda req, check: check.need(Op.DESCRIBE, Rt.GROUP, list(req.group_ids)),
     "DeleteGroups": lambda req, check: check.need(Op.DELETE, Rt.GROUP, list(req.group_ids)),
-    # transactions (Kafka's rules; ListTransactions needs DESCRIBE on the cluster here, where Kafka filters
-    # the list by DESCRIBE on each transactional id)
-    "AddPartitionsToTxn": _add_partitions_to_txn,
-    "AddOffsetsToTxn": _txn(_group(Op.READ)),
+}
+
+def _txn(also: Callable[[Any, Check], Denial | None] | None = None) -> Rule:
+    """WRITE on the transactional id, then ``also`` (Kafka's transaction APIs)."""
+
+    def rule(req: Any, check: Check) -> Denial | None:
+        denial = check.need(Op.WRITE, Rt.TRANSACTIONAL_ID, [req.transactional_id])
+        return denial if denial is not None or also is None else also(req, check)
+
+    return rule
+
+
+BROKER_RULES = {
+    **BROKER_RULES,
+    "AddPartitionsToTxn": lambda req, check: check.cluster(Op.CLUSTER_ACTION) if req.verify_only else _txn(
+        lambda req, check: check.need(Op.WRITE, Rt.TOPIC, [t.topic for t in req.topics]))(req, check),  # R3: a
+    # leader's verification (verify_only, KIP-890) comes from brokers only
+    "AddOffsetsToTxn": _txn(lambda req, check: check.need(Op.READ, Rt.GROUP, [req.group_id])),
     "EndTxn": _txn(),
     "TxnOffsetCommit": _txn(_group(Op.READ, Op.READ, lambda r: [t.name for t in r.topics])),
-    "WriteTxnMarkers": _cluster(Op.CLUSTER_ACTION),
-    "ListTransactions": _cluster(Op.DESCRIBE),
+    "WriteTxnMarkers": _cluster(Op.CLUSTER_ACTION),  # R3: from transaction coordinators (brokers) only
+    "ReplicaFetch": BROKER_RULES["Fetch"],  # a stream of Fetch requests: each one checked as a Fetch
+    "ListTransactions": _no_requirement,  # R5: filtered by DESCRIBE on each transactional id
     "DescribeTransactions": lambda req, check: check.need(Op.DESCRIBE, Rt.TRANSACTIONAL_ID,
                                                           list(req.transactional_ids)),
 }
@@ -232,6 +232,13 @@ def filter_metadata(response: Any, check: Check, requested: Iterable[str]) -> No
             kept.append(denied)
     del response.topics[:]
     response.topics.extend(kept)
+
+
+def filter_transactions(response: Any, check: Check) -> None:
+    """R5: ListTransactions answers the transactional ids the caller may DESCRIBE."""
+    kept = [t for t in response.transactions if check.allowed(Op.DESCRIBE, Rt.TRANSACTIONAL_ID, t.transactional_id)]
+    del response.transactions[:]
+    response.transactions.extend(kept)
 
 
 def filter_groups(response: Any, check: Check) -> None:

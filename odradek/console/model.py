@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from odradek import Admin, NewTopic
 from odradek.errors import OdradekError
 from odradek.health import check_all
+from odradek.security.channels import channel_credentials
+from odradek.security.config import SecurityConfig
 from odradek.types import ConfigEntry, ConfigResource, GroupDescription, ReplicaLogDir
 
 HEALTH_TIMEOUT_S = 1.0
@@ -123,6 +125,8 @@ class ClusterView:
     def __init__(self, client_config: Mapping[str, object]) -> None:
         self.client_config = dict(client_config)
         self.admin = Admin({**self.client_config, "default.api.timeout.ms": 10_000})
+        # the health checks speak TLS to TLS listeners, with the client certificate when there is one
+        self._health_credentials = channel_credentials(SecurityConfig.from_mapping(self.client_config))
 
     def close(self) -> None:
         self.admin.close()
@@ -135,7 +139,7 @@ class ClusterView:
         alive = [b.node_id for b in cluster.brokers if not b.fenced]
         dirs = self.log_dirs(alive)
         health = check_all([n.address for n in cluster.controllers] + [b.address for b in cluster.brokers],
-                           timeout_s=HEALTH_TIMEOUT_S)  # fmt: skip
+                           timeout_s=HEALTH_TIMEOUT_S, credentials=self._health_credentials)  # fmt: skip
         controllers = [
             NodeView("controller", n.node_id, n.address, "active" if n.node_id == cluster.controller_id else "standby",
                      health.get(n.address, "UNKNOWN"))

@@ -89,6 +89,9 @@ def test_perf_e2e(env: dict[str, str]) -> None:
     assert doc["duplicates"] == 0
     assert set(doc["latency_ms"]) == LATENCY_KEYS
     assert doc["latency_ms"]["max"] > 0
+    ack = doc["ack_latency_ms"]  # send to acknowledgement: the producer's side of the same records
+    assert set(ack) == LATENCY_KEYS
+    assert 0 < ack["p50"] <= ack["p99"] <= ack["max"]
 
 
 def test_perf_consume_reports_a_shortfall(env: dict[str, str]) -> None:

@@ -83,6 +83,29 @@ def grant(cluster: Cluster, topic: str) -> None:
     assert not any(r.code for r in response.results), response
 
 
+def micro_authorize_us(iterations: int = 20_000) -> float:
+    """Microseconds of one Authorizer.authorize (a produce's WRITE check) among 1000 ACLs of 100 principals."""
+    import time as clock
+
+    from controller.security.acl import AccessControlEntry, AclBinding, AclPermissionType, PatternType
+    from controller.security.acl import AclOperation as Op
+    from controller.security.acl import ResourcePattern as Pattern
+    from controller.security.acl import ResourceType as Rt
+    from controller.security.authorizer import Authorizer
+
+    bindings = {
+        AclBinding(Pattern(Rt.TOPIC, f"team{i % 100}-" if i % 2 else f"topic-{i}",
+                           PatternType.PREFIXED if i % 2 else PatternType.LITERAL),
+                   AccessControlEntry(f"User:u{i % 100}", "*", Op.WRITE, AclPermissionType.ALLOW))
+        for i in range(1000)
+    }  # fmt: skip
+    authorizer = Authorizer(frozenset(bindings))
+    started = clock.perf_counter()
+    for _ in range(iterations):
+        assert authorizer.authorize("User:u7", "10.0.0.1", Op.WRITE, Rt.TOPIC, "team7-orders")
+    return (clock.perf_counter() - started) / iterations * 1e6
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -136,7 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         """The median over rounds of each round's ssl / plaintext ratio (rounds ran back to back)."""
         return statistics.median(s[key] / p[key] for s, p in zip(results["ssl"], results["plaintext"], strict=True))
 
+    def paired_p50_ms() -> float:
+        """The median over rounds of each round's p50 of ssl+acl minus ssl's."""
+        return statistics.median(a["p50_ms"] - s["p50_ms"] for a, s in zip(results["ssl+acl"], results["ssl"],
+                                                                          strict=True))
+
     summary = {
+        "paired_authorization_added_p50_ms": paired_p50_ms(),
+        "authorize_us": micro_authorize_us(),
         "paired_ssl_over_plaintext_produce": paired("produce_rps"),
         "paired_ssl_over_plaintext_consume": paired("consume_rps"),
         "ssl_over_plaintext_produce": median("ssl", "produce_rps") / median("plaintext", "produce_rps"),
@@ -149,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{summary['ssl_over_plaintext_consume']:.2f} (medians of {args.rounds} rounds); authorization adds "
           f"{summary['authorization_added_p50_ms']:.2f} ms to a throttled produce's p50; per-round ratios' medians: "
           f"produce {summary['paired_ssl_over_plaintext_produce']:.2f}, "
-          f"consume {summary['paired_ssl_over_plaintext_consume']:.2f}")  # fmt: skip
+          f"consume {summary['paired_ssl_over_plaintext_consume']:.2f}, authorization "
+          f"{summary['paired_authorization_added_p50_ms']:+.2f} ms; one authorize() among 1000 ACLs: "
+          f"{summary['authorize_us']:.1f} us")  # fmt: skip
     if args.json:
         print(json.dumps(summary))
     return 0

@@ -21,7 +21,7 @@ from odradek.errors import (
     TopicAuthorizationFailedError,
 )
 from odradek.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
-from proto import broker_pb2, controller_pb2, controller_pb2_grpc
+from proto import broker_pb2, broker_pb2_grpc, controller_pb2, controller_pb2_grpc
 from tests.broker.cluster import Cluster
 from tests.security.tls_files import TlsFiles, make_tls_files
 
@@ -182,6 +182,20 @@ def test_broker_only_operations_need_cluster_action(secured: tuple[Cluster, TlsF
         assert refused.value.details().startswith("CLUSTER_AUTHORIZATION_FAILED")
         consumer_fetch = broker_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, topics=follower_fetch.topics)
         assert stub.Fetch(consumer_fetch, timeout=5) is not None  # the same data as a consumer: allowed
+        # the followers' stream too: each message is checked as a Fetch (bob's own session token)
+        from odradek.security.sasl_client import SaslSession
+
+        channel = grpc.secure_channel(cluster.client_addresses[0], grpc.ssl_channel_credentials(files.ca.read_bytes()))
+        token = SaslSession(channel, SecurityConfig.from_mapping(user(cluster, files, "bob", "bob-secret"))).token()
+        raw: Any = broker_pb2_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
+        with pytest.raises(grpc.RpcError) as streamed:
+            list(raw.ReplicaFetch(iter([follower_fetch]), timeout=5, metadata=[("authorization", f"Bearer {token}")]))
+        assert streamed.value.code() is grpc.StatusCode.PERMISSION_DENIED
+        assert streamed.value.details().startswith("CLUSTER_AUTHORIZATION_FAILED")
+        with pytest.raises(grpc.RpcError) as anonymous:  # and without a session: not even authenticated
+            list(raw.ReplicaFetch(iter([consumer_fetch]), timeout=5))
+        assert anonymous.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        channel.close()
     finally:
         pool.close()
 

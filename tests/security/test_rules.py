@@ -61,18 +61,17 @@ BROKER_CASES: dict[str, tuple[Any, str, list[tuple[AclOperation, Rt, str]]]] = {
                     [(Op.DESCRIBE, Rt.GROUP, "g"), (Op.DESCRIBE, Rt.TOPIC, "t")]),
     "ConsumerGroupDescribe": (b.ConsumerGroupDescribeRequest(group_ids=["g"]), "GROUP", [(Op.DESCRIBE, Rt.GROUP, "g")]),
     "DeleteGroups": (b.DeleteGroupsRequest(group_ids=["g"]), "GROUP", [(Op.DELETE, Rt.GROUP, "g")]),
-    "AddPartitionsToTxn": (b.AddPartitionsToTxnRequest(transactional_id="x", topics=[b.TopicPartitions(topic="t")]),
-                           "TRANSACTIONAL_ID", [(Op.WRITE, Rt.TRANSACTIONAL_ID, "x"), (Op.WRITE, Rt.TOPIC, "t")]),
-    "AddOffsetsToTxn": (b.AddOffsetsToTxnRequest(transactional_id="x", group_id="g"), "TRANSACTIONAL_ID",
-                        [(Op.WRITE, Rt.TRANSACTIONAL_ID, "x"), (Op.READ, Rt.GROUP, "g")]),
-    "EndTxn": (b.EndTxnRequest(transactional_id="x"), "TRANSACTIONAL_ID", [(Op.WRITE, Rt.TRANSACTIONAL_ID, "x")]),
-    "TxnOffsetCommit": (b.TxnOffsetCommitRequest(transactional_id="x", group_id="g",
-                                                 topics=[b.OffsetCommitRequest.Topic(name="t")]), "TRANSACTIONAL_ID",
-                        [(Op.WRITE, Rt.TRANSACTIONAL_ID, "x"), (Op.READ, Rt.GROUP, "g"), (Op.READ, Rt.TOPIC, "t")]),
+    "AddPartitionsToTxn": (b.AddPartitionsToTxnRequest(transactional_id="tx", topics=[b.TopicPartitions(topic="t")]),
+                           "TRANSACTIONAL_ID", [(Op.WRITE, Rt.TRANSACTIONAL_ID, "tx"), (Op.WRITE, Rt.TOPIC, "t")]),
+    "AddOffsetsToTxn": (b.AddOffsetsToTxnRequest(transactional_id="tx", group_id="g"), "TRANSACTIONAL_ID",
+                        [(Op.WRITE, Rt.TRANSACTIONAL_ID, "tx"), (Op.READ, Rt.GROUP, "g")]),
+    "EndTxn": (b.EndTxnRequest(transactional_id="tx"), "TRANSACTIONAL_ID", [(Op.WRITE, Rt.TRANSACTIONAL_ID, "tx")]),
+    "TxnOffsetCommit": (b.TxnOffsetCommitRequest(transactional_id="tx", group_id="g", topics=[
+        b.OffsetCommitRequest.Topic(name="t")]), "TRANSACTIONAL_ID",
+        [(Op.WRITE, Rt.TRANSACTIONAL_ID, "tx"), (Op.READ, Rt.GROUP, "g"), (Op.READ, Rt.TOPIC, "t")]),
     "WriteTxnMarkers": (b.WriteTxnMarkersRequest(), "CLUSTER", [(Op.CLUSTER_ACTION, *CLUSTER)]),
-    "ListTransactions": (b.ListTransactionsRequest(), "CLUSTER", [(Op.DESCRIBE, *CLUSTER)]),
-    "DescribeTransactions": (b.DescribeTransactionsRequest(transactional_ids=["x"]), "TRANSACTIONAL_ID",
-                             [(Op.DESCRIBE, Rt.TRANSACTIONAL_ID, "x")]),
+    "DescribeTransactions": (b.DescribeTransactionsRequest(transactional_ids=["tx"]), "TRANSACTIONAL_ID",
+                             [(Op.DESCRIBE, Rt.TRANSACTIONAL_ID, "tx")]),
 }  # fmt: skip
 
 
@@ -81,7 +80,8 @@ def test_r1_every_rpc_has_a_rule() -> None:
     controller_rpcs = {m.name for m in c.DESCRIPTOR.services_by_name["Controller"].methods}
     assert set(BROKER_RULES) == broker_rpcs
     assert set(CONTROLLER_RULES) == controller_rpcs
-    unlisted = broker_rpcs - set(BROKER_CASES) - {"Metadata", "DescribeCluster", "ListGroups"}
+    unlisted = broker_rpcs - set(BROKER_CASES) - {"Metadata", "DescribeCluster", "ListGroups", "ListTransactions",
+                                                  "ReplicaFetch"}  # ReplicaFetch: Fetch's rule, per message
     assert not unlisted, f"RPCs without a test case: {unlisted}"
 
 
@@ -105,6 +105,7 @@ def test_r3_r4_broker_only_operations() -> None:
     assert denial is not None
     assert denial.code == "CLUSTER_AUTHORIZATION_FAILED"
     assert BROKER_RULES["Fetch"](follower, check(allow(Op.CLUSTER_ACTION, *CLUSTER))) is None
+    assert BROKER_RULES["ReplicaFetch"] is BROKER_RULES["Fetch"]  # each message of the stream
     broker = check(allow(Op.CLUSTER_ACTION, *CLUSTER))
     for rpc, request in (("RegisterBroker", c.RegisterBrokerRequest()), ("BrokerHeartbeat", c.BrokerHeartbeatRequest()),
                          ("AlterPartition", c.AlterPartitionRequest()), ("FetchMetadata", c.FetchMetadataRequest()),
@@ -124,6 +125,15 @@ def test_create_topics_by_cluster_create_and_idempotent_write_by_any_topic_write
     assert BROKER_RULES["InitProducerId"](b.InitProducerIdRequest(), check(allow(Op.WRITE, Rt.TOPIC, "x"))) is None
 
 
+def test_every_kafka_api_has_a_rule() -> None:
+    """R1 for the Kafka-protocol listener: an API added to its table without a rule would close connections."""
+    from broker.kafka.apis import API_TABLE
+    from broker.kafka.security import KAFKA_RULES
+
+    missing = {api.name for key, api in API_TABLE.items() if not api.before_auth and key not in KAFKA_RULES}
+    assert not missing
+
+
 def test_r5_metadata_and_groups_filtered() -> None:
     response = b.MetadataResponse(topics=[b.TopicMetadata(name=n) for n in ("a", "b", "c")])
     filter_metadata(response, check(allow(Op.READ, Rt.TOPIC, "a")), requested=["b"])
@@ -134,6 +144,15 @@ def test_r5_metadata_and_groups_filtered() -> None:
     everything = b.ListGroupsResponse(groups=[b.ListGroupsResponse.Group(group_id=g) for g in ("g1", "g2")])
     filter_groups(everything, check(allow(Op.DESCRIBE, *CLUSTER)))
     assert len(everything.groups) == 2
+
+
+def test_a_leaders_verification_needs_cluster_action_not_the_producers_acls() -> None:
+    """AddPartitionsToTxn with verify_only comes from partition leaders (KIP-890, docs/TRANSACTIONS.md S11)."""
+    request = b.AddPartitionsToTxnRequest(transactional_id="tx", verify_only=True,
+                                          topics=[b.TopicPartitions(topic="t")])
+    producer_acls = check(allow(Op.WRITE, Rt.TRANSACTIONAL_ID, "tx"), allow(Op.WRITE, Rt.TOPIC, "t"))
+    assert BROKER_RULES["AddPartitionsToTxn"](request, producer_acls) is not None
+    assert BROKER_RULES["AddPartitionsToTxn"](request, check(allow(Op.CLUSTER_ACTION, *CLUSTER))) is None
 
 
 def test_kafka_listener_transaction_apis_need_the_same_acls_as_grpc() -> None:

@@ -13,6 +13,43 @@ from tests.cli.helpers import UpProcess, odradek
 pytestmark = pytest.mark.slow
 
 
+def console_overview(env: dict[str, str], servers: str, properties: Path) -> None:
+    """``odradek console --command-config``: its overview lists the topic and every node SERVING (health over
+    TLS with the admin's certificate)."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from controller.quorum_node import free_ports
+
+    port = free_ports(1)[0]
+    console = subprocess.Popen(
+        [sys.executable, "-m", "odradek.cli", "console", "--port", str(port), "--bootstrap-servers", servers,
+         "--command-config", str(properties)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        page = ""
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as answer:  # noqa: S310
+                    page = answer.read().decode()
+                    break
+            except OSError:
+                assert console.poll() is None, console.stderr.read().decode() if console.stderr else ""
+                time.sleep(0.2)
+        assert page.count("SERVING") == 3  # 1 controller, 2 brokers
+        assert "UNREACHABLE" not in page
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/topics", timeout=30) as answer:  # noqa: S310
+            assert "orders" in answer.read().decode()
+    finally:
+        console.terminate()
+        console.wait(30)
+        if console.stderr is not None:
+            console.stderr.close()
+
+
 @pytest.mark.parametrize("mode", ["ssl", "sasl_ssl"])
 def test_up_with_security(mode: str, start_up: Callable[..., UpProcess], env: dict[str, str]) -> None:
     up = start_up(1, 2, extra=("--security", mode))
@@ -74,3 +111,18 @@ def test_up_with_security(mode: str, start_up: Callable[..., UpProcess], env: di
                        input=b"x\n")  # fmt: skip
         assert done.returncode != 0
         assert "AUTHORIZATION_FAILED" in done.stderr.decode()
+
+        # the web console against the secured cluster, with the same settings
+        console_overview(env, servers, properties)
+
+        # a restart keeps the CA, the certificates, the admin's password and the users
+        before = properties.read_text()
+        assert up.stop() == 0
+        again = start_up(restart=True, data_dir=up.data_dir)
+        assert again.wait_ready()["security"] == "sasl_ssl"
+        assert properties.read_text() == before
+        code, out, err = cli("consume", "orders", "--from-beginning", "--max-messages", "3", "--timeout-ms", "20000")
+        assert code == 0, err
+        assert sorted(out.split()) == ["one", "three", "two"]
+        done = odradek(["topics", "list", "--bootstrap-servers", servers, "--command-config", str(bob)], env)
+        assert done.returncode == 0, done.stderr
