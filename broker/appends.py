@@ -4,7 +4,8 @@
 partition's and does not stop the others), wakes the fetches waiting on each, and for acks=all parks a
 :class:`~broker.delayed_produce.DelayedProduce` until the ISR has every appended batch, or the request's
 deadline. A caller on a thread that must not wait (the gRPC event loop) runs it with ``hold=False``: it then
-stops at the first batch that would be held for its turn (``log.producer_state`` S8) and is resumed later
+stops at the first batch that would be held for its turn (``log.producer_state`` S8), or that must ask the
+transaction coordinator first (S11: ``verify``), and is resumed later
 (:meth:`PendingAppend.resume`) on a worker thread, from that batch on, so the order holds.
 
 Thread-safety: one request's object, used by one thread at a time (the loop, then a worker); ``wait`` from
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 from broker.delayed_produce import DelayedProduce, ProduceStatus
 from broker.log_manager import TopicPartition
 from log.append import AppendInfo
-from replication.partition import Partition
+from replication.partition import Partition, Verifier
 
 if TYPE_CHECKING:
     from broker.replica_manager import ReplicaManager
@@ -51,7 +52,7 @@ class PendingAppend:
 
     def __init__(
         self, manager: ReplicaManager, entries: Sequence[tuple[Partition, bytes | memoryview]], acks: int,
-        deadline_ms: float, leader_epoch: int | None, wait: bool,
+        deadline_ms: float, leader_epoch: int | None, wait: bool, verify: Verifier | None = None,
     ) -> None:  # fmt: skip
         self.results: list[AppendResult] = []
         self._manager = manager
@@ -60,6 +61,7 @@ class PendingAppend:
         self._deadline_ms = deadline_ms
         self._leader_epoch = leader_epoch
         self._wait = wait
+        self._verify = verify  # S11: transactional batches opening a transaction ask the coordinator
         self._operation: DelayedProduce | None = None
 
     @property
@@ -75,7 +77,7 @@ class PendingAppend:
             epoch = partition.leader_epoch if self._leader_epoch is None else self._leader_epoch  # before it
             try:
                 result.info = partition.append_as_leader(records, self._acks, deadline_ms=self._deadline_ms,
-                                                         hold=hold)  # fmt: skip
+                                                         hold=hold, verify=self._verify)  # fmt: skip
             except Exception as exc:
                 if not hold and getattr(exc, "ahead", False):
                     return  # held: resume() appends it, and the rest, on a thread that may wait

@@ -72,7 +72,14 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
     producer.id.max.per.partition                  1000         not Kafka's: producers remembered per partition;
                                                                 a new one beyond it evicts the least recent
     producer.id.expiration.check.interval.ms       600000       how often partitions look for expired producers
-    transactional.id.expiration.ms                 604800000    accepted (transactions are not supported)
+    transactional.id.expiration.ms                 604800000    an idle transactional id is forgotten (TC10)
+    transaction.state.log.num.partitions           50           __transaction_state partitions (at creation)
+    transaction.state.log.replication.factor       3            not created with fewer live brokers
+    transaction.state.log.min.isr                  2            its min.insync.replicas (capped at the factor)
+    transaction.state.log.segment.bytes            104857600    its segment.bytes
+    transaction.max.timeout.ms                     900000       the longest transaction.timeout.ms allowed
+    transaction.abort.timed.out.transaction.cleanup.interval.ms  10000  how often expired transactions abort
+    transaction.remove.expired.transaction.cleanup.interval.ms   3600000  how often idle ids are expired
     log.cleaner.enable                             true         run the log cleaner (compacted topics)
     log.cleaner.threads                            1            cleaner threads
     log.cleaner.backoff.ms                         15000        a cleaner thread's sleep when no log is due
@@ -170,6 +177,13 @@ _BROKER_ONLY = [
     _key("producer.id.expiration.check.interval.ms", _INT, "600000", 1),
     _key("producer.id.max.per.partition", _INT, "1000", 1),
     _key("transactional.id.expiration.ms", _INT, "604800000", 1),
+    _key("transaction.state.log.num.partitions", _INT, "50", 1),
+    _key("transaction.state.log.replication.factor", _INT, "3", 1, 32767),
+    _key("transaction.state.log.min.isr", _INT, "2", 1),
+    _key("transaction.state.log.segment.bytes", _INT, "104857600", 14),
+    _key("transaction.max.timeout.ms", _INT, "900000", 1),
+    _key("transaction.abort.timed.out.transaction.cleanup.interval.ms", _INT, "10000", 1),
+    _key("transaction.remove.expired.transaction.cleanup.interval.ms", _INT, "3600000", 1),
     # the log cleaner (log/cleaner/, broker.maintenance.make_log_cleaner)
     _key("log.cleaner.enable", _BOOL, "true"),
     _key("log.cleaner.threads", _INT, "1", 1),

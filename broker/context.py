@@ -16,6 +16,8 @@ from proto import controller_pb2
 
 if TYPE_CHECKING:
     from broker.metrics import BrokerMetrics
+    from broker.txn.coordinator import TransactionCoordinator
+    from broker.txn.peers import BrokerPeers
 
 
 @dataclass(slots=True)
@@ -47,3 +49,5 @@ class BrokerContext:
     security: NodeSecurity = field(default_factory=NodeSecurity)  # listeners' protocols, TLS, authorizer
     guard: Any = None  # controller.security.node.NodeGuard (SASL, authorizer); None: unit tests, no checks
     classic: Any = None  # broker.group.classic_driver.ClassicCoordinator; None: no classic groups (unit tests)
+    txn_coordinator: TransactionCoordinator | None = None  # None: no transaction coordinator (unit tests)
+    peers: BrokerPeers | None = None  # calls to other brokers (transactions); None: none (unit tests)

@@ -33,7 +33,7 @@ from broker.purgatory import DelayedOperation, Purgatory
 from controller.image import ConfigResource, LocalReplicaChanges, MetadataImage, PartitionRegistration
 from controller.records import ConfigResourceType
 from log.clock import Clock
-from replication.partition import Partition, Role
+from replication.partition import Partition, Role, Verifier
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class ReplicaManager:
 
     def append_records(
         self, entries: Sequence[tuple[Partition, bytes | memoryview]], acks: int, timeout_ms: float,
-        *, leader_epoch: int | None = None, wait: bool = True, hold: bool = True,
+        *, leader_epoch: int | None = None, wait: bool = True, hold: bool = True, verify: Verifier | None = None,
     ) -> PendingAppend:  # fmt: skip
         """Append each ``(partition, records)`` as leader, in order; for ``acks`` -1 park a DelayedProduce
         that waits for the ISR. See the module docstring. ``timeout_ms`` is one deadline for the whole call:
@@ -127,7 +127,7 @@ class ReplicaManager:
         on a thread that may.
         """
         deadline_ms = self.clock.monotonic_ms() + timeout_ms  # one deadline: held batches, then the ISR wait
-        pending = PendingAppend(self, entries, acks, deadline_ms, leader_epoch, wait)
+        pending = PendingAppend(self, entries, acks, deadline_ms, leader_epoch, wait, verify)
         pending.run(hold)
         return pending
 

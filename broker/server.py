@@ -17,6 +17,9 @@ Threads and what each owns:
 - the ISR thread (:class:`~broker.isr_manager.IsrManager`) sends the led partitions' AlterPartition;
 - the group coordinator thread (:class:`~broker.group.coordinator.GroupCoordinator`) loads the groups of the
   ``__consumer_offsets`` partitions led here and runs their timers;
+- the transaction coordinator thread and its marker threads (:class:`~broker.txn.coordinator.
+  TransactionCoordinator`) load the ``__transaction_state`` partitions led here, abort timed-out transactions
+  and write the markers of decided ones (:class:`~broker.txn.peers.BrokerPeers`: calls to other brokers);
 - the Kafka-protocol listeners (:mod:`broker.kafka`, listeners named ``KAFKA`` or ``KAFKA_*``): an acceptor
   thread each and one thread per client connection, which runs the same handlers as gRPC; the classic
   group timer thread (:mod:`broker.group.classic_driver`);
@@ -54,6 +57,7 @@ from broker.group.classic import ClassicConfig
 from broker.group.classic_driver import ClassicCoordinator
 from broker.group.config import GroupConfig
 from broker.group.coordinator import GroupCoordinator
+from broker.handlers import write_txn_markers
 from broker.handlers.describe_cluster import refresh_quorum
 from broker.isr_manager import IsrManager
 from broker.lifecycle import LISTENER, BrokerLifecycle
@@ -64,15 +68,20 @@ from broker.metadata_loader import MetadataLoader
 from broker.producer_ids import ProducerIdManager, controller_allocator
 from broker.replica_fetcher import ReplicaFetcherManager
 from broker.replica_manager import ReplicaManager
+from broker.txn.coordinator import TransactionCoordinator, TxnConfig
+from broker.txn.peers import BrokerPeers
+from broker.txn.state import TxnMetadata
 from controller.image import MetadataImage
 from controller.security.node import NodeGuard
 from controller.security.rules import BROKER_RULES
 from controller.security.settings import NodeSecurity
 from log.clock import Clock, SystemClock
+from proto import broker_pb2
 
 logger = logging.getLogger("odradek.broker")
 
 GRPC_GRACE_S = 2.0
+MARKER_CALL_TIMEOUT_S = 15.0  # a leader's WriteTxnMarkers waits up to 5 s for its ISR
 MALLOC_ENV = "MALLOC_MMAP_THRESHOLD_"
 MALLOC_VALUE = "67108864"  # what launchers should set (see the module docstring)
 
@@ -179,10 +188,37 @@ class BrokerServer:
         self.ctx.producer_ids = ProducerIdManager(
             controller_allocator(self.channel.call, options.node_id, lambda: self.lifecycle.broker_epoch, 10.0)
         )
+        self.peers = self.ctx.peers = BrokerPeers(
+            self.metadata, self.security.channel_credentials(self.security.protocol(LISTENER))
+        )
+        self.txn_coordinator = TransactionCoordinator(
+            options.node_id, TxnConfig.from_broker(config.get), self.clock, self.replicas, self.metadata,
+            self.ctx.producer_ids.next_producer_id, self._send_markers,
+        )  # fmt: skip
+        self.replicas.role_listeners.append(self.txn_coordinator.on_partition)
+        self.ctx.txn_coordinator = self.txn_coordinator
         self._grpc: list[Any] = []  # one gRPC server per gRPC listener
         self._kafka: list[Any] = []  # one broker.kafka.server.KafkaListener per Kafka-protocol listener
         self._stopped = False
         self._stop_lock = threading.Lock()
+
+    def _send_markers(
+        self, leader: int, metadata: TxnMetadata, commit: bool, epoch: int, partitions: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], str]:
+        """The transaction coordinator's WriteTxnMarkers to ``leader`` (this broker's own: in place)."""
+        request = broker_pb2.WriteTxnMarkersRequest(broker_id=self.node_id)
+        marker = request.markers.add(producer_id=metadata.producer_id, producer_epoch=metadata.producer_epoch,
+                                     committed=commit, coordinator_epoch=epoch)  # fmt: skip
+        by_topic: dict[str, list[int]] = {}
+        for topic, number in partitions:
+            by_topic.setdefault(topic, []).append(number)
+        for topic, numbers in by_topic.items():
+            marker.topics.add(topic=topic, partitions=numbers)
+        if leader == self.node_id:
+            response = write_txn_markers.handle(self.ctx, request)
+        else:
+            response = self.peers.stub(leader).WriteTxnMarkers(request, timeout=MARKER_CALL_TIMEOUT_S)
+        return {(p.topic, p.partition): p.error.code for m in response.markers for p in m.partitions}
 
     def _on_published(self, image: MetadataImage) -> None:
         self.fetchers.update(image)
@@ -216,6 +252,7 @@ class BrokerServer:
             self.replicas.fetch_purgatory.start()
             self.replicas.produce_purgatory.start()
             self.coordinator.start()
+            self.txn_coordinator.start()
             self.classic.start()
             self.loader.start()
             self.lifecycle.start()
@@ -285,6 +322,8 @@ class BrokerServer:
         self.maintenance.stop()
         self.cleaner.stop()
         self.classic.stop()
+        self.txn_coordinator.stop()
+        self.peers.close()
         self.coordinator.stop()
         self.replicas.shutdown()  # checkpoints high watermarks, flushes and closes every log
         if self.metrics is not None:

@@ -27,12 +27,16 @@ import grpc
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     consumer_group_describe,
     consumer_group_heartbeat,
     delete_groups,
     describe_cluster,
     describe_configs,
     describe_log_dirs,
+    describe_transactions,
+    end_txn,
     fetch,
     find_coordinator,
     forward,
@@ -45,6 +49,8 @@ from broker.handlers import (
     offsets_for_leader_epoch,
     produce,
     security_admin,
+    txn_offset_commit,
+    write_txn_markers,
 )
 from broker.lifecycle import LISTENER
 from controller.long_poll import Wakeup, run_blocking
@@ -270,6 +276,27 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     def ConsumerGroupDescribe(self, request: Any, context: Any) -> Any:
         return self._call(consumer_group_describe.handle, request, context)
+
+    def AddPartitionsToTxn(self, request: Any, context: Any) -> Any:
+        return self._call(add_partitions_to_txn.handle, request, context)
+
+    def AddOffsetsToTxn(self, request: Any, context: Any) -> Any:
+        return self._call(add_offsets_to_txn.handle, request, context)
+
+    def EndTxn(self, request: Any, context: Any) -> Any:
+        return self._call(end_txn.handle, request, context)
+
+    def TxnOffsetCommit(self, request: Any, context: Any) -> Any:
+        return self._call(txn_offset_commit.handle, request, context)
+
+    def WriteTxnMarkers(self, request: Any, context: Any) -> Any:
+        return self._call(write_txn_markers.handle, request, context)
+
+    def ListTransactions(self, request: Any, context: Any) -> Any:
+        return self._call(describe_transactions.list_transactions, request, context)
+
+    def DescribeTransactions(self, request: Any, context: Any) -> Any:
+        return self._call(describe_transactions.describe, request, context)
 
     def DeleteGroups(self, request: Any, context: Any) -> Any:
         return self._call(delete_groups.handle, request, context)

@@ -40,9 +40,10 @@ rules L1-L6, kept here in :attr:`ProducerStateManager.transactions`):
   INVALID_TXN_STATE (Kafka's rule).
 * S11. A transactional batch that would open a transaction here (its producer has none open) must come with
   its producer's *verification guard* (KIP-890 part 1): :meth:`ProducerStateManager.begin_verification`
-  hands one out before the leader asks the transaction coordinator whether the partition is in the producer's
-  ongoing transaction; the append passes it back. A marker of the producer, or a guard handed out since,
-  voids it, so an append verified before an abort but written after its marker is refused
+  hands one out (the same one to concurrent appends of the producer's epoch) before the leader asks the
+  transaction coordinator whether the partition is in the producer's ongoing transaction; the append passes
+  it back. A marker of the producer voids it, so an append verified before an abort but written after its
+  marker is refused
   (INVALID_TXN_STATE) instead of opening a transaction nobody will end.
 * S12. A marker (L2): not from an older coordinator epoch than the last seen for its producer
   (TRANSACTION_COORDINATOR_FENCED), not of an older producer epoch (PRODUCER_FENCED). A marker of a newer
@@ -285,7 +286,12 @@ class ProducerStateManager:
         return list(found.items())
 
     def begin_verification(self, producer_id: int, producer_epoch: int) -> int:
-        """S11: a new guard for the producer (voiding any older one); pass it back with the append."""
+        """S11: the producer's guard for ``producer_epoch``; pass it back with the append. Appends verified
+        concurrently share one guard (as Kafka's ``VerificationGuard``): a new one is made only when there is
+        none for this epoch (a marker, or another epoch, voided it)."""
+        current = self._guards.get(producer_id)
+        if current is not None and current[0] == producer_epoch:
+            return current[1]
         token = self._next_token
         self._next_token += 1
         self._guards.pop(producer_id, None)

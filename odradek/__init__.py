@@ -35,6 +35,8 @@ _EXPORTS = {
     "GroupDescription": "odradek.types",
     "MemberDescription": "odradek.types",
     "PartitionLag": "odradek.types",
+    "ConsumerGroupMetadata": "odradek.types",
+    "ProducerFencedError": "odradek.errors",
     "ConsumerRebalanceListener": "odradek.group.listener",
     "OdradekError": "odradek.errors",
     "KafkaError": "odradek.errors",
@@ -67,6 +69,8 @@ __all__ = [
     "GroupDescription",
     "MemberDescription",
     "PartitionLag",
+    "ConsumerGroupMetadata",
+    "ProducerFencedError",
     "ConsumerRebalanceListener",
     "OdradekError",
     "KafkaError",
@@ -87,6 +91,7 @@ if TYPE_CHECKING:
         KafkaTimeoutError,
         NotSupportedYetError,
         OdradekError,
+        ProducerFencedError,
         error_from_code,
     )
     from odradek.group.listener import ConsumerRebalanceListener
@@ -96,6 +101,7 @@ if TYPE_CHECKING:
         ClusterDescription,
         ConfigEntry,
         ConfigResource,
+        ConsumerGroupMetadata,
         ConsumerRecord,
         GroupDescription,
         GroupListing,

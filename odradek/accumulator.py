@@ -113,10 +113,14 @@ class ProducerBatch:
         "head_when_sent",
         "append_id",
         "sent_to",
+        "transactional",
     )
 
-    def __init__(self, tp: TopicPartition, compression: int, created_ms: float, reserved_bytes: int) -> None:
+    def __init__(
+        self, tp: TopicPartition, compression: int, created_ms: float, reserved_bytes: int, transactional: bool = False
+    ) -> None:
         self.tp = tp
+        self.transactional = transactional  # a transactional producer's: built with the transactional attribute
         self.builder: BatchBuilder | None = BatchBuilder(compression)
         self.count = 0  # the record count once built (the builder counts until then)
         self.outcome = BatchOutcome(tp)
@@ -166,7 +170,7 @@ class ProducerBatch:
             fields = None
             if self.base_sequence != NO_SEQUENCE:  # built with its producer fields: one CRC pass, not two
                 fields = (self.producer_id, self.producer_epoch, self.base_sequence)
-                builder.set_producer_state(*fields)
+                builder.set_producer_state(*fields, is_transactional=self.transactional)
             self.data = builder.build()
             self.stamped = fields
             self.count = builder.record_count
@@ -220,7 +224,9 @@ class RecordAccumulator:
         wakeup: Callable[[], None] = lambda: None,
         max_in_flight_per_partition: int = 1,
         gate: DrainGate | None = None,
+        transactional: bool = False,
     ) -> None:
+        self._transactional = transactional
         self._batch_size = max(batch_size, 1)
         self._max_in_flight = max(max_in_flight_per_partition, 1)
         self._gate = gate
@@ -300,7 +306,7 @@ class RecordAccumulator:
             if queue and not queue[-1].closed:  # another thread opened a batch while we waited
                 queue[-1].closed = True
         self._available -= size
-        batch = ProducerBatch(tp, self._compression, self._clock.monotonic_ms(), size)
+        batch = ProducerBatch(tp, self._compression, self._clock.monotonic_ms(), size, self._transactional)
         queue.append(batch)
         self._incomplete.add(batch)
         return batch

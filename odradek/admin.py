@@ -48,6 +48,8 @@ from odradek.types import (
     TopicDescription,
     TopicPartition,
     TopicResult,
+    TransactionDescription,
+    TransactionListing,
 )
 from proto import broker_pb2, common_pb2, controller_pb2
 
@@ -334,6 +336,27 @@ class Admin:
     ) -> dict[str, list[security_calls.ScramCredentialInfo]]:
         """Kafka's ``describeUserScramCredentials`` (default: every user)."""
         return security_calls.describe_user_scram_credentials(self._call, users)
+
+    # ---------------------------------------------------------------------------- transactions
+
+    def list_transactions(self, states: Iterable[str] = ()) -> list[TransactionListing]:
+        """Every transactional id of the cluster (optionally only in ``states``, Kafka's names)."""
+        from odradek.txn_admin import list_transactions
+
+        self._check_open()
+        return list_transactions(self._client, list(states))
+
+    def describe_transactions(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
+        """Each id's state, producer id and epoch and partitions at its coordinator
+        (TransactionalIdNotFoundError for an unknown one)."""
+        from odradek.txn_admin import describe_transaction
+
+        self._check_open()
+        return {t: describe_transaction(self._client, t, self._timeout(None)) for t in transactional_ids}
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the admin client is closed")
 
     def _groups(self) -> GroupAdmin:
         if self._closed:

@@ -38,6 +38,7 @@ def _add_client_parsers(commands: Any) -> None:
     from odradek.cli_produce import add_produce_parser
     from odradek.cli_top import add_top_parser
     from odradek.cli_topics import add_topics_parser
+    from odradek.cli_transactions import add_transactions_parser
     from odradek.cli_users import add_users_parser
     from odradek.console.cli import add_console_parser
     from odradek.health import add_health_parser
@@ -51,6 +52,7 @@ def _add_client_parsers(commands: Any) -> None:
     add_produce_parser(commands)
     add_consume_parser(commands)
     add_groups_parser(commands)
+    add_transactions_parser(commands)
     add_users_parser(commands)
     add_acls_parser(commands)
     add_perf_parser(commands)

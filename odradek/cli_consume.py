@@ -53,6 +53,9 @@ def add_consume_parser(commands: Any) -> None:
     parser.add_argument("--print-key", action="store_true", help="print each record's key before its value")
     parser.add_argument("--print-offset", action="store_true", help="print each record's offset")
     parser.add_argument("--print-partition", action="store_true", help="print each record's partition")
+    parser.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
+                        help="read_committed: only records of committed transactions (and non-transactional "
+                        "ones), up to the last stable offset")  # fmt: skip
     parser.add_argument("--consumer-config", action="append", metavar="KEY=VALUE",
                         help="any consumer config (repeatable)")  # fmt: skip
     add_bootstrap_option(parser)
@@ -81,6 +84,8 @@ def consumer_config(args: argparse.Namespace, servers: str) -> dict[str, object]
     }
     if args.group:
         config["group.id"] = args.group
+    if getattr(args, "isolation_level", None):
+        config["isolation.level"] = args.isolation_level
     config.update(parse_key_values(args.consumer_config, "--consumer-config"))
     return with_command_config("consumer", config)
 

@@ -173,6 +173,8 @@ PRODUCER_KEYS: dict[str, Key] = {
     "delivery.timeout.ms": Key(_int(0), 120000),
     "max.request.size": Key(_int(1), 1048576),
     "partitioner.ignore.keys": Key(_bool, False),
+    "transactional.id": Key(_optional_str, None),
+    "transaction.timeout.ms": Key(_int(1), 60000),
 }
 
 CONSUMER_KEYS: dict[str, Key] = {
@@ -277,6 +279,8 @@ class ProducerConfig:
     delivery_timeout_ms: int
     max_request_size: int
     partitioner_ignore_keys: bool
+    transactional_id: str | None
+    transaction_timeout_ms: int
     security_protocol: str | None = None
     ssl_ca_location: str | None = None
     ssl_certificate_location: str | None = None
@@ -318,6 +322,12 @@ class ProducerConfig:
             )
             if bad
         ]
+        if self.transactional_id is not None and not self.transactional_id:
+            raise ConfigError("transactional.id must not be empty (leave it unset for a non-transactional producer)")
+        if self.transactional_id and (conflicts or not idempotence):
+            # Kafka: a transactional producer is idempotent
+            why = " and ".join(conflicts) if conflicts else "enable.idempotence=true (got false)"
+            raise ConfigError(f"transactional.id requires {why}")
         if conflicts and idempotence:
             if "enable.idempotence" in given:
                 raise ConfigError(f"enable.idempotence=true requires {' and '.join(conflicts)}")

@@ -43,7 +43,7 @@ from odradek.group.listener import ConsumerRebalanceListener, RebalanceListener
 from odradek.group.manager import CommitCallback, GroupManager
 from odradek.group.membership import MembershipSettings, Reconciliation, Subscription
 from odradek.net import ClusterClient, ListedOffset
-from odradek.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from odradek.types import ConsumerGroupMetadata, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from proto import broker_pb2
 
 _Polled = TypeVar("_Polled", ConsumerRecord, RecordColumns)
@@ -376,6 +376,12 @@ class Consumer:
             if state is not None and state.position is not None:
                 out[tp] = state.position
         return out
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's group, member id and epoch, for ``Producer.send_offsets_to_transaction``."""
+        group = self._group_manager("group_metadata()")
+        who = group.identity()
+        return ConsumerGroupMetadata(group.group_id, who.member_epoch, who.member_id, who.instance_id or None)
 
     def _group_manager(self, what: str) -> GroupManager:
         if self._group is None:

@@ -479,6 +479,46 @@ class DuplicateResourceError(KafkaError):
     description = "the request names one resource twice"
 
 
+class ProducerFencedError(KafkaError):
+    code = "PRODUCER_FENCED"
+    description = "another producer with the same transactional.id took over: this one is fenced (close it)"
+
+
+class InvalidTxnStateError(KafkaError):
+    code = "INVALID_TXN_STATE"
+    description = "the request does not fit the transaction's state"
+
+
+class ConcurrentTransactionsError(RetriableError):
+    code = "CONCURRENT_TRANSACTIONS"
+    description = "the transaction coordinator is still completing a previous change of this transactional id"
+
+
+class InvalidProducerIdMappingError(KafkaError):
+    code = "INVALID_PRODUCER_ID_MAPPING"
+    description = "the producer id is not the one of this transactional id"
+
+
+class InvalidTransactionTimeoutError(KafkaError):
+    code = "INVALID_TRANSACTION_TIMEOUT"
+    description = "transaction.timeout.ms is larger than the broker's transaction.max.timeout.ms"
+
+
+class TransactionalIdNotFoundError(KafkaError):
+    code = "TRANSACTIONAL_ID_NOT_FOUND"
+    description = "the transactional id is not known to its coordinator"
+
+
+class TransactionCoordinatorFencedError(KafkaError):
+    code = "TRANSACTION_COORDINATOR_FENCED"
+    description = "a newer transaction coordinator took over"
+
+
+class TransactionAbortedError(OdradekError):
+    """A record of a transaction that was aborted (``abort_transaction`` before it was sent): it is not
+    written (Kafka's TransactionAbortedException)."""
+
+
 class CommitFailedError(OdradekError):
     """A commit the coordinator refused because this consumer is no longer a current member of the group (or
     its partitions moved): Kafka's CommitFailedException. Not retriable: the records may be delivered again."""

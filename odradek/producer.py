@@ -17,6 +17,11 @@ order: a record is written once and in ``send`` order through lost answers, time
 (``odradek.idempotence``, rules P1-P7). Without it, a partition has at most one ProduceRequest in flight
 (a request carries all of its ready batches), which keeps the order, but a retry after a lost answer may
 write a batch twice.
+
+Transactions (``transactional.id``; ``odradek.transactions``, rules C1-C6): ``init_transactions()`` once, then
+``begin_transaction()``, ``send(...)``, ``send_offsets_to_transaction(offsets, consumer.group_metadata())``,
+``commit_transaction()`` or ``abort_transaction()``. ``send`` outside a transaction raises
+IllegalStateError; a producer fenced by a newer instance raises ProducerFencedError from then on.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ from odradek.idempotence import IdempotenceState
 from odradek.net import Cluster, ClusterClient, TopicInfo
 from odradek.partitioner import StickyPartitioner, partition_for_key
 from odradek.sender import Sender
-from odradek.types import Header, RecordMetadata, TopicPartition
+from odradek.transactions import TransactionalGate, TransactionManager
+from odradek.txn_handle import TransactionHandle
+from odradek.types import ConsumerGroupMetadata, Header, RecordMetadata, TopicPartition
 
 INT64_MAX = 2**63 - 1
 
@@ -84,6 +91,12 @@ class Producer:
         )
         # Idempotence needs acks=all (the config turns a defaulted enable.idempotence off otherwise).
         self._idempotence = IdempotenceState() if cfg.enable_idempotence and cfg.acks == -1 else None
+        self._txn: TransactionManager | None = None
+        if cfg.transactional_id:
+            assert self._idempotence is not None, "the config makes a transactional producer idempotent"
+            self._txn = TransactionManager(self._client, cfg.transactional_id, cfg.transaction_timeout_ms,
+                                           self._idempotence, self._clock, cfg.max_block_ms,
+                                           self._wakeup)  # fmt: skip
         self._accumulator = RecordAccumulator(
             batch_size=cfg.batch_size,
             linger_ms=cfg.linger_ms,
@@ -93,7 +106,9 @@ class Producer:
             clock=self._clock,
             wakeup=self._wakeup,
             max_in_flight_per_partition=cfg.max_in_flight_requests_per_connection if self._idempotence else 1,
-            gate=self._idempotence,
+            gate=self._idempotence if self._txn is None or self._idempotence is None
+            else TransactionalGate(self._idempotence, self._txn),  # fmt: skip
+            transactional=self._txn is not None,
         )
         self._partitioner = StickyPartitioner(rng)
         self._sticky_partition = self._partitioner.partition
@@ -106,6 +121,7 @@ class Producer:
             clock=self._clock,
             backoff=ExponentialBackoff(cfg.retry_backoff_ms, cfg.retry_backoff_max_ms, rng=rng),
             idempotence=self._idempotence,
+            on_record_error=None if self._txn is None else self._txn.on_record_error,
         )
         self._max_record_bytes = min(cfg.max_request_size, cfg.buffer_memory) - BATCH_OVERHEAD_BYTES
         self._max_block_ms = cfg.max_block_ms
@@ -160,6 +176,7 @@ class Producer:
             max_block_ms -= self._clock.monotonic_ms() - started
         tps = route.tps
         append = self._append
+        txn = self._txn
         if partition is not None:
             if type(partition) is not int or not 0 <= partition < route.num_partitions:
                 raise _bad_partition(topic, partition, route.num_partitions)
@@ -168,10 +185,14 @@ class Producer:
             tp = tps[partition_for_key(key, route.num_partitions)]
         else:  # sticky (KIP-480): stay while the partition's batch has room, else move on
             tp = tps[self._sticky_partition(topic, route.num_partitions, route.available)]
+            if txn is not None:
+                txn.before_send(tp)  # C2: the partition is in the transaction before a record goes there
             future = append(tp, timestamp_ms, key, value, record_headers, size, max_block_ms, True)
             if future is not None:
                 return future
             tp = tps[self._partitioner.on_new_batch(topic, route.num_partitions, route.available, tp.partition)]
+        if txn is not None:
+            txn.before_send(tp)
         future = append(tp, timestamp_ms, key, value, record_headers, size, max_block_ms)
         assert future is not None
         return future
@@ -235,6 +256,8 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        if self._txn is not None:
+            self._txn.close()
         self._sender.initiate_close()
         if self._sender.is_sender_thread:
             return
@@ -242,6 +265,53 @@ class Producer:
             self._sender.force_close()
             self._sender.join(None)
         self._client.close()
+
+    # ---------------------------------------------------------------------------- transactions
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Get this ``transactional.id``'s producer id and epoch, fencing any previous instance (whose open
+        transaction is aborted first); ``timeout`` in seconds (default ``max.block.ms``)."""
+        self._transactions("init_transactions").init_transactions(None if timeout is None else timeout * 1000)
+
+    def begin_transaction(self) -> None:
+        self._transactions("begin_transaction").begin_transaction()
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group_metadata: ConsumerGroupMetadata | str
+    ) -> None:
+        """Commit a consumer group's ``offsets`` (the next offsets to consume) with the transaction:
+        ``group_metadata`` is ``consumer.group_metadata()`` (or the group id, for a consumer outside a group)."""
+        self._transactions("send_offsets_to_transaction").send_offsets_to_transaction(offsets, group_metadata)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit; raises the error of a record that failed (then call ``abort_transaction``)."""
+        self._transactions("commit_transaction").commit_transaction(lambda: self.flush(timeout))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Drop the records not sent yet, wait for the others, then abort: none of the transaction's records is
+        ever read by a ``read_committed`` consumer."""
+        txn = self._transactions("abort_transaction")
+        wait_s = self._max_block_ms / 1000 if timeout is None else timeout
+
+        def abort_unsent() -> None:
+            if not self._sender.abort_unsent(wait_s):
+                raise KafkaTimeoutError(f"the unsent records were not dropped within {wait_s} s")
+
+        txn.abort_transaction(abort_unsent, lambda: self.flush(timeout))
+
+    def transaction_handle(self) -> TransactionHandle:
+        """The open transaction's id, producer id and epoch, for another process to end it
+        (``odradek.txn_handle.end_transaction``: a two-phase commit, as Spark's exactly-once sink does). Call it
+        after ``flush``; the transaction stays open (this producer must not commit or abort it too)."""
+        txn = self._transactions("transaction_handle")
+        return txn.handle()
+
+    def _transactions(self, what: str) -> TransactionManager:
+        if self._txn is None:
+            raise IllegalStateError(f"{what}() needs a transactional.id in the producer config")
+        if self._closed:
+            raise IllegalStateError(f"{what}() after the producer is closed")
+        return self._txn
 
     def partitions_for(self, topic: str) -> list[int]:
         """The partition ids of ``topic`` (waiting up to ``max.block.ms`` for its metadata)."""

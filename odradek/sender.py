@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -50,7 +50,15 @@ from odradek.accumulator import ProducerBatch, RecordAccumulator
 from odradek.backoff import ExponentialBackoff
 from odradek.clock import Clock
 from odradek.config import ProducerConfig
-from odradek.errors import IllegalStateError, KafkaError, KafkaTimeoutError, NetworkError, error_from_code
+from odradek.errors import (
+    IllegalStateError,
+    KafkaError,
+    KafkaTimeoutError,
+    NetworkError,
+    ProducerFencedError,
+    TransactionAbortedError,
+    error_from_code,
+)
 from odradek.idempotence import DUPLICATE_SEQUENCE, OUT_OF_ORDER, UNKNOWN_PRODUCER_ID, IdempotenceState, Verdict
 from odradek.net import ClusterClient, rpc_error
 from odradek.types import TopicPartition
@@ -95,9 +103,15 @@ class Sender:
         clock: Clock,
         backoff: ExponentialBackoff,
         idempotence: IdempotenceState | None = None,
+        on_record_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self._client = client
         self._idempotence = idempotence
+        # a transactional producer: its InitProducerId is the transaction manager's, and its records' failures
+        # are reported to it (odradek.transactions)
+        self._transactional_id = config.transactional_id or ""
+        self._on_record_error = on_record_error
+        self._abort_unsent: threading.Event | None = None  # set by abort_unsent(); the sender thread does it
         self._init_attempts = 0
         self._init_retry_at_ms = 0.0
         self._accumulator = accumulator
@@ -177,6 +191,12 @@ class Sender:
         self._wake.clear()
         now = self._clock.monotonic_ms()
         self._handle_completions(now)
+        aborting = self._abort_unsent
+        if aborting is not None:  # abort_transaction(): the records not sent yet are dropped (C5)
+            self._abort_unsent = None
+            for batch in self._accumulator.abort_all():
+                self._fail(batch, TransactionAbortedError("the transaction was aborted before the record was sent"))
+            aborting.set()
         self._client.maybe_refresh()
         init_wait_ms = self._maybe_init_producer_id(now)
         cluster = self._client.cluster
@@ -230,7 +250,7 @@ class Sender:
     def _maybe_init_producer_id(self, now: float) -> float:
         """InitProducerId when the idempotence state needs an id (P7); how long until the next try is due."""
         idem = self._idempotence
-        if idem is None or not idem.needs_producer_id() or self._forced:
+        if idem is None or not idem.needs_producer_id() or self._forced or self._transactional_id:
             return MAX_IDLE_MS
         if now < self._init_retry_at_ms:
             return self._init_retry_at_ms - now
@@ -287,6 +307,7 @@ class Sender:
         message = broker_pb2.ProduceRequest(
             acks=self._acks,
             timeout_ms=self._request_timeout_ms,
+            transactional_id=self._transactional_id,
             topics=[broker_pb2.ProduceTopicData(name=t, partitions=p) for t, p in by_topic.items()],
         )
         if trace.ON:
@@ -418,7 +439,19 @@ class Sender:
             f"creation (delivery.timeout.ms is {self._delivery_timeout_ms}){cause}"
         )
 
+    def abort_unsent(self, timeout_s: float) -> bool:
+        """Fail every queued (unsent) batch, on the sender thread; wait until done (True) or ``timeout_s``."""
+        done = threading.Event()
+        self._abort_unsent = done
+        self._wake.set()
+        return done.wait(timeout_s)
+
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        if self._on_record_error is not None:
+            if getattr(error, "code", "") in ("INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"):
+                error = ProducerFencedError(f"a newer producer with transactional.id {self._transactional_id!r} "
+                                            f"fenced this one: {error}")  # fmt: skip
+            self._on_record_error(error)
         if self._idempotence is not None:
             self._idempotence.on_failed(batch, type(error).__name__)
         batch.fail(error)

@@ -65,6 +65,42 @@ class OffsetAndTimestamp(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """What ``Producer.send_offsets_to_transaction`` needs of a consumer (``Consumer.group_metadata()``):
+    its group and, when it is a member, its member id and epoch (Kafka's generation) so that a zombie
+    member's offsets are refused."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """One transactional id, as ``Admin.list_transactions`` (``kafka-transactions list``) shows it."""
+
+    transactional_id: str
+    producer_id: int
+    state: str  # Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort
+    coordinator_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """One transactional id's state at its coordinator (``Admin.describe_transactions``)."""
+
+    transactional_id: str
+    coordinator_id: int
+    state: str
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int  # -1: no transaction
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class NewTopic:
     """A topic to create. -1 for ``num_partitions`` or ``replication_factor`` means the cluster default."""
 

@@ -48,8 +48,17 @@ from replication.views import FetchPosition, PartitionRead, Registration, Role
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-Verifier = Callable[[list[tuple[int, int]]], None]
-"""S11: asks the transaction coordinator about ``[(producer id, epoch)]``; raises its refusal."""
+Verifier = Callable[[tuple[str, int], list[tuple[int, int]]], None]
+"""S11: asks the transaction coordinator about ``(topic, partition)`` for ``[(producer id, epoch)]``; raises its
+refusal."""
+
+
+class VerificationPending(PartitionError):
+    """An append that must ask the transaction coordinator first, tried by a thread that must not wait
+    (``hold`` False): like a batch held for its turn (S8), it is tried again on a thread that may."""
+
+    code = "CONCURRENT_TRANSACTIONS"
+    ahead = True
 
 NO_EPOCH = -1  # current_leader_epoch = -1: the caller does not check epochs
 NO_LEADER = -1
@@ -464,7 +473,7 @@ class Partition:
         if self._role is not Role.LEADER:  # before decoding anything (checked again under the lock)
             raise NotLeaderOrFollowerError(f"broker {self.local_broker_id} is not the leader of {self.key_str}")
         validated = self._log.validate(records)  # no lock needed: config, clock and bytes only
-        verified = self._verify(validated, verify)
+        verified = self._verify(validated, verify, hold)
         with self._lock:
             if not hold:
                 return self._append_as_leader_locked(validated, acks, verified)
@@ -472,17 +481,20 @@ class Partition:
                 lambda: self._append_as_leader_locked(validated, acks, verified), self, deadline_ms
             )
 
-    def _verify(self, validated: ValidatedAppend, verify: Verifier | None) -> dict[int, int] | None:
+    def _verify(self, validated: ValidatedAppend, verify: Verifier | None, hold: bool) -> dict[int, int] | None:
         """S11: guards for the producers whose transaction the append would open, confirmed by ``verify``
-        (called without the lock: it is a request to the coordinator)."""
+        (called without the lock: it is a request to the coordinator; with ``hold`` False,
+        :class:`VerificationPending` instead)."""
         if verify is None:
             return None
         with self._lock:
             needed = self._log.needs_verification(validated)
             if not needed:
                 return None
+            if not hold:
+                raise VerificationPending(f"{self.key_str}: the transaction coordinator must be asked first")
             guards = {pid: self._log.begin_verification(pid, epoch) for pid, epoch in needed}
-        verify(needed)
+        verify(self.key, needed)
         return guards
 
     def append_marker(self, producer_id: int, producer_epoch: int, marker: EndTransactionMarker) -> int:

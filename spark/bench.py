@@ -5,9 +5,12 @@
 
 1. **write**: ``spark.range(N)`` as ``--record-size``-byte values, ``df.write.format("odradek")`` into a
    new topic of ``--partitions`` partitions (acks=all): records/s over the whole job.
-2. **batch read**: ``spark.read.format("odradek")`` of that topic, every value's length summed (so every
+2. **streaming write, at-least-once vs exactly-once**: a streaming query (availableNow) copies that topic
+   to a new one with the sink's default and with ``exactlyOnce=true`` (transactions committed by the
+   driver), alternated twice: the best records/s of each and their ratio.
+3. **batch read**: ``spark.read.format("odradek")`` of that topic, every value's length summed (so every
    record crosses from the reader to the JVM): records/s over the whole job, best of ``--read-runs``.
-3. **micro-batch latency**: a streaming query (default trigger: as fast as it can) over a second topic
+4. **micro-batch latency**: a streaming query (default trigger: as fast as it can) over a second topic
    while a producer sends ``--stream-rate`` records/s for ``--stream-seconds``; per micro-batch, the
    trigger's duration (Spark's ``triggerExecution``) and the age of its oldest and newest record when
    the batch's rows reached the driver (``foreachBatch`` collecting them). Percentiles over the batches.
@@ -65,6 +68,27 @@ def session(master: str) -> Any:
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+def bench_stream_write(
+    spark: Any, servers: str, source: str, topic: str, records: int, exactly_once: bool
+) -> dict[str, float]:
+    """A streaming query (availableNow) copying ``records`` of ``source`` to ``topic``, at-least-once or
+    exactly-once (the sink's ``exactlyOnce``): the figure is the ratio of the two, same run."""
+    query = (
+        spark.readStream.format("odradek").option("bootstrap.servers", servers).option("subscribe", source)
+        .option("startingOffsets", "earliest").load().selectExpr("key", "value")
+        .writeStream.format("odradek").option("bootstrap.servers", servers).option("topic", topic)
+        .option("exactlyOnce", str(exactly_once).lower())
+        .option("checkpointLocation", tempfile.mkdtemp(prefix="odradek-bench-"))
+        .trigger(availableNow=True)
+    )  # fmt: skip
+    start = time.perf_counter()
+    running = query.start()
+    running.awaitTermination(600)
+    seconds = time.perf_counter() - start
+    running.stop()
+    return {"records": records, "seconds": seconds, "records_per_sec": records / seconds}
 
 
 def bench_write(spark: Any, servers: str, topic: str, records: int, size: int) -> dict[str, float]:
@@ -164,14 +188,23 @@ def main(argv: list[str] | None = None) -> int:
     servers = args.bootstrap_servers
     suffix = uuid.uuid4().hex[:8]
     bulk, live = f"spark-bench-{suffix}", f"spark-bench-live-{suffix}"
+    alo, eos = f"spark-bench-alo-{suffix}", f"spark-bench-eos-{suffix}"
     with Admin({"bootstrap.servers": servers}) as admin:
-        admin.create_topics([NewTopic(bulk, args.partitions, 1), NewTopic(live, args.partitions, 1)])
-        wait_for_leaders(admin, [bulk, live])
+        admin.create_topics([NewTopic(t, args.partitions, 1) for t in (bulk, live, alo, eos)])
+        wait_for_leaders(admin, [bulk, live, alo, eos])
     spark = session(args.master)
     results: dict[str, Any] = {"records": args.records, "record_size": args.record_size, "partitions": args.partitions}
     try:
         results["write"] = w = bench_write(spark, servers, bulk, args.records, args.record_size)
         print(f"spark write: {w['records']} records in {w['seconds']:.1f} s = {w['records_per_sec']:,.0f} records/s")
+        n = args.records  # the streaming writes copy the whole bulk topic
+        streams = [bench_stream_write(spark, servers, bulk, topic, n, once)  # alternated, best of two each: the
+                   for _ in range(2) for topic, once in ((alo, False), (eos, True))]  # first query pays warm-up
+        results["stream_write_at_least_once"] = a = max(streams[0::2], key=lambda r: r["records_per_sec"])
+        results["stream_write_exactly_once"] = e = max(streams[1::2], key=lambda r: r["records_per_sec"])
+        results["exactly_once_ratio"] = e["records_per_sec"] / a["records_per_sec"]
+        print(f"streaming write of {n} records: at-least-once {a['records_per_sec']:,.0f} records/s, exactly-once "
+              f"{e['records_per_sec']:,.0f} records/s (ratio {results['exactly_once_ratio']:.2f})")  # fmt: skip
         results["batch_read"] = r = bench_read(spark, servers, bulk, args.records, args.read_runs)
         runs = ", ".join(f"{x:,.0f}" for x in r["runs_records_per_sec"])
         print(f"spark batch read: {r['records']} records in {r['seconds']:.2f} s = {r['records_per_sec']:,.0f} "
@@ -184,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
         with Admin({"bootstrap.servers": servers}) as admin:
-            admin.delete_topics([bulk, live])
+            admin.delete_topics([bulk, live, alo, eos])
     if args.json:
         print(json.dumps(results))
     return 0

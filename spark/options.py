@@ -47,7 +47,7 @@ SOURCE_OPTIONS = (
     "maxRecordsPerPartition",
     "kafkaConsumer.pollTimeoutMs",
 )
-SINK_OPTIONS = ("bootstrap.servers", "topic", "includeHeaders")
+SINK_OPTIONS = ("bootstrap.servers", "topic", "includeHeaders", "exactlyOnce", "transactionalIdPrefix")
 
 # Client keys the data source sets itself: a user value would break it (Spark's Kafka source says the same).
 CONSUMER_RESERVED = {
@@ -318,6 +318,8 @@ def _timestamp(opts: Mapping[str, str], name: str) -> int:
 class SinkOptions:
     client: Mapping[str, object]  # Producer config: bootstrap.servers and the kafka.* keys
     topic: str | None = None
+    exactly_once: bool = False  # exactlyOnce: one transaction per task, committed by the driver (spark.exactly_once)
+    transactional_id_prefix: str | None = None  # transactionalIdPrefix (default: from the query id)
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -326,7 +328,15 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise OptionError("topic: the topic name is empty")
-    return SinkOptions(client=client, topic=topic.strip() if topic else None)
+    exactly_once = _bool(opts, "exactlyOnce", False)
+    prefix = opts.get("transactionalidprefix")
+    if exactly_once and not (topic and topic.strip()):
+        raise OptionError("exactlyOnce=true needs the topic option (its partition 0 keeps the micro-batch bookkeeping)")
+    if "transactional.id" in client:
+        raise OptionError("option 'kafka.transactional.id' is not supported by the odradek sink: use exactlyOnce=true "
+                          "(and transactionalIdPrefix)")  # fmt: skip
+    return SinkOptions(client=client, topic=topic.strip() if topic else None, exactly_once=exactly_once,
+                       transactional_id_prefix=prefix.strip() if prefix else None)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------- helpers

@@ -78,7 +78,9 @@ class OffsetReader:
     def _list(self, specs: Mapping[TopicPartition, str | int]) -> Offsets:
         if not specs:
             return {}
-        return clients.admin(self.options.client).list_offsets(specs)
+        # kafka.isolation.level=read_committed: "latest" is the last stable offset, as the consumer reads to it
+        level = str(self.options.client.get("isolation.level", "read_uncommitted"))
+        return clients.admin(self.options.client).list_offsets(specs, isolation_level=level)
 
     def resolve(self, spec: OffsetSpec, tps: list[TopicPartition], side: str) -> Offsets:
         """The offsets ``spec`` names for ``tps``; ``side`` ("starting" or "ending") names the option in messages."""

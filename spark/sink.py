@@ -5,8 +5,10 @@ string), ``topic`` (string; the ``topic`` option, when given, overrides it), ``p
 or absent: the producer's partitioner, murmur2 of the key), ``headers``
 (array<struct<key:string,value:binary>>). Strings are written as UTF-8. Other columns are ignored.
 
-Guarantee: at-least-once. A Spark task succeeds only after every one of its records was acknowledged
-by all in-sync replicas (``acks=all``); a record that cannot be written fails the task, and Spark
+Guarantee: at-least-once by default; ``exactlyOnce=true`` (streaming writes, with the ``topic`` option) makes
+each micro-batch's rows visible exactly once to read_committed readers (``spark.exactly_once``: one transaction
+per task, committed by the driver). At-least-once: a Spark task succeeds only after every one of its records
+was acknowledged by all in-sync replicas (``acks=all``); a record that cannot be written fails the task, and Spark
 retries the task, or (streaming) the query fails and re-runs the micro-batch from its checkpoint
 on restart. A retried task or re-run micro-batch writes its records again, so a failure can leave
 duplicates in the topic, never gaps. The producer underneath is idempotent
@@ -74,6 +76,40 @@ def _check(options: SinkOptions, schema: StructType, overwrite: bool) -> None:
 def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WrittenMessage:
     """Send every row of ``batches``; return once all are acknowledged, or raise the first failure."""
     producer = clients.producer(options.client)
+    sent, deliveries = _send_rows(producer, options, batches)
+    producer.flush(timeout=FLUSH_TIMEOUT_S)
+    if deliveries.first_error is not None:
+        raise RuntimeError(
+            f"{deliveries.failed} of {sent} records could not be written to Odradek; the first error: "
+            f"{deliveries.first_error!r}"
+        ) from deliveries.first_error
+    return WrittenMessage(sent)
+
+
+def write_exactly_once(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+    """A task of an exactly-once micro-batch (``spark.exactly_once``): its rows in one open transaction."""
+    from pyspark import TaskContext
+
+    from spark import exactly_once
+
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("exactlyOnce writes run in Spark tasks")
+    query_id = context.getLocalProperty("sql.streaming.queryId") or ""
+    batch_id = context.getLocalProperty("streaming.sql.batchId")
+    if not query_id or batch_id is None:
+        raise RuntimeError("exactlyOnce=true is for streaming queries (no query id or micro-batch id here)")
+
+    def send(producer: Any, rows: Iterator[pa.RecordBatch]) -> tuple[int, BaseException | None]:
+        sent, deliveries = _send_rows(producer, options, rows)
+        producer.flush(timeout=FLUSH_TIMEOUT_S)
+        return sent, deliveries.first_error
+
+    return exactly_once.write_transaction(options, batches, query_id=query_id, partition=context.partitionId(),
+                                          batch_id=int(batch_id), send_rows=send)  # fmt: skip
+
+
+def _send_rows(producer: Any, options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> tuple[int, _Deliveries]:
     deliveries = _Deliveries()
     sent = 0
     for batch in batches:
@@ -90,13 +126,7 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> Wr
             future = producer.send(topic, value=value, key=key, headers=header, partition=partition)
             future.add_done_callback(deliveries.done)
             sent += 1
-    producer.flush(timeout=FLUSH_TIMEOUT_S)
-    if deliveries.first_error is not None:
-        raise RuntimeError(
-            f"{deliveries.failed} of {sent} records could not be written to Odradek; the first error: "
-            f"{deliveries.first_error!r}"
-        ) from deliveries.first_error
-    return WrittenMessage(sent)
+    return sent, deliveries
 
 
 def _bytes_column(column: pa.Array) -> list[bytes | None]:
@@ -124,6 +154,8 @@ class OdradekBatchWriter(DataSourceArrowWriter):
 
     def __init__(self, options: SinkOptions, schema: StructType, overwrite: bool) -> None:
         _check(options, schema, overwrite)
+        if options.exactly_once:
+            raise OptionError("exactlyOnce=true is for streaming writes (writeStream)")
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
@@ -142,10 +174,22 @@ class OdradekStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        if self.options.exactly_once:
+            return write_exactly_once(self.options, iterator)
         return write_batches(self.options, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to do: every task's records were acknowledged before the task succeeded."""
+        """At-least-once: nothing to do (every task's records were acknowledged before the task succeeded).
+        Exactly-once: commit every task's open transaction (phase two)."""
+        if self.options.exactly_once:
+            from spark import exactly_once
+
+            exactly_once.finish(self.options, messages, commit=True)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing can be taken back: records written by the tasks that succeeded stay (at-least-once)."""
+        """At-least-once: nothing can be taken back (records written by the tasks that succeeded stay).
+        Exactly-once: abort every task's open transaction: none of the micro-batch's rows is ever read."""
+        if self.options.exactly_once:
+            from spark import exactly_once
+
+            exactly_once.finish(self.options, messages, commit=False)

@@ -17,6 +17,12 @@ Threads and locks (docs/CONVENTIONS.md §6: one owner per state machine):
   and every :data:`TICK_S` runs the shards' timers (session and rebalance timeouts; offset retention every
   ``offsets.retention.check.interval.ms``), and
   after each metadata change deletes the offsets of deleted topics.
+* **Transactional offsets** (TxnOffsetCommit, docs/TRANSACTIONS.md): :meth:`GroupCoordinator.commit_txn_offsets`
+  writes the commit records as a transactional batch of the producer (verified with its transaction
+  coordinator, S11) and keeps them pending per producer id; the transaction's marker on the shard's
+  partition (:meth:`GroupCoordinator.on_txn_marker`, from WriteTxnMarkers) applies them (COMMIT) or drops
+  them (ABORT). Loading does the same with the transactional batches and markers of the log; a marker
+  written while the shard loads is applied once the load ends.
 * **The metadata thread** calls :meth:`GroupCoordinator.on_partition` after each role change of a
   ``__consumer_offsets`` partition: it swaps the shard map (copy-on-write, under ``_lock``) and queues
   the load; it never waits for one. Losing leadership drops the shard at once.
@@ -29,7 +35,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from broker.appends import AppendResult, PendingAppend
 from broker.group import errors as E
@@ -37,13 +43,13 @@ from broker.group.config import OFFSETS_TOPIC, GroupConfig, partition_for
 from broker.group.errors import GroupError
 from broker.group.model import ConsumerGroup
 from broker.group.records import CoordinatorRecord, decode_record
-from broker.group.shard import GroupShard, Records, TopicsView
+from broker.group.shard import GroupShard, OffsetCommit, Records, TopicsView
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import ReplicaManager
 from log.clock import Clock
 from log.record.builder import build_batch
-from log.record.reader import iter_batches_with_records
-from replication.partition import Partition, Role
+from log.record.reader import CONTROL_TYPE_COMMIT, iter_batches_with_records
+from replication.partition import Partition, Role, Verifier
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +93,8 @@ class _Shard:
     lock: threading.Lock = field(default_factory=threading.Lock)
     loaded: bool = False
     failure: str = ""
+    pending_txn: dict[int, Records] = field(default_factory=dict)  # producer id -> its uncommitted offsets
+    early_markers: dict[int, bool] = field(default_factory=dict)  # markers written while loading: committed?
 
 
 class GroupCoordinator:
@@ -167,7 +175,7 @@ class GroupCoordinator:
             if partition is None or self._shards.get(shard.partition) is not shard or self._stopping.is_set():
                 return
             try:
-                core, count = self._replay_log(partition, shard.partition)
+                core, count, pending = self._replay_log(partition, shard.partition)
                 break
             except Exception as exc:  # RecordFormatError, CorruptRecordError, StorageError...
                 shard.failure = f"cannot load {OFFSETS_TOPIC}-{shard.partition}: {exc!r}"
@@ -180,13 +188,20 @@ class GroupCoordinator:
                 return
             core.on_loaded()
             shard.core = core
+            shard.pending_txn = pending
+            for producer_id, committed in shard.early_markers.items():
+                self._apply_txn_marker(shard, producer_id, committed)
+            shard.early_markers.clear()
             shard.failure = ""
             shard.loaded = True
         logger.info("broker %d: loaded %d groups from %d records of %s-%d", self.broker_id, len(core.groups), count,
                     OFFSETS_TOPIC, shard.partition)  # fmt: skip
 
-    def _replay_log(self, partition: Partition, number: int) -> tuple[GroupShard, int]:
+    def _replay_log(self, partition: Partition, number: int) -> tuple[GroupShard, int, dict[int, Records]]:
+        """The state of the log; transactional records wait for their producer's marker (the pending ones at
+        the end are returned)."""
         core = GroupShard(number, self.config, self.clock)
+        pending: dict[int, Records] = {}
         log = partition.log
         offset, count = log.log_start_offset, 0
         while offset < log.log_end_offset:
@@ -195,11 +210,21 @@ class GroupCoordinator:
                 break
             for header, records in iter_batches_with_records(data.records):
                 offset = header.next_offset
+                if header.is_control:
+                    if header.is_transactional and records:
+                        held = pending.pop(header.producer_id, [])
+                        if records[0].control_type() == CONTROL_TYPE_COMMIT:
+                            for record in held:
+                                core.replay(record)
+                    continue
                 for r in records:
-                    if not r.is_control:
-                        core.replay(decode_record(r.key, r.value))
-                        count += 1
-        return core, count
+                    record = decode_record(r.key, r.value)
+                    count += 1
+                    if header.is_transactional:
+                        pending.setdefault(header.producer_id, []).append(record)
+                    else:
+                        core.replay(record)
+        return core, count, pending
 
     def _tick(self) -> None:
         now = self.clock.monotonic_ms()
@@ -332,6 +357,77 @@ class GroupCoordinator:
         if result.replication_error:
             why = f"the write to {result.key[0]}-{result.key[1]} was not replicated: {result.replication_error}"
             raise GroupError(_WRITE_ERRORS.get(result.replication_error, E.COORDINATOR_NOT_AVAILABLE), why)
+
+
+    # --- transactional offsets ---------------------------------------------------------------------------
+
+    def commit_txn_offsets(
+        self, commit: OffsetCommit, producer_id: int, producer_epoch: int, verify: Verifier | None,
+        classic: Any = None,
+    ) -> dict[tuple[str, int], str]:  # fmt: skip
+        """TxnOffsetCommit: the per-partition errors; the valid offsets are written as the producer's
+        transactional batch and become the group's when its transaction commits (:meth:`on_txn_marker`).
+        ``classic``: the classic groups' runtime, whose members are checked by generation."""
+        shard = self._shard(commit.group_id)
+        topics = self.topics()
+        with shard.lock:
+            self._check_current(shard)
+            if classic is not None and classic.groups_of(shard.core).check_commit(
+                commit.group_id, commit.member_id, commit.instance_id, commit.member_epoch
+            ):
+                commit = OffsetCommit(commit.group_id, "", -1, "", commit.offsets)  # a classic member, checked
+            saved = shard.core.save([commit.group_id])
+            try:
+                errors, records = shard.core.commit_offsets(commit, topics)  # checks the member, builds records
+            finally:
+                shard.core.restore(saved)  # nothing is the group's before the transaction commits
+            if not records:
+                return errors
+            partition = self._replicas.partition(OFFSETS_TOPIC, shard.partition)
+            if partition is None or not partition.is_leader or partition.leader_epoch != shard.leader_epoch:
+                raise GroupError(E.NOT_COORDINATOR, f"broker {self.broker_id} no longer leads "
+                                 f"{OFFSETS_TOPIC}-{shard.partition}")  # fmt: skip
+            encoded = [r.encode() for r in records]
+            entry = partition.producer_entries().get(producer_id)
+            sequence = (entry.last_seq + 1) % (1 << 31) if entry and entry.producer_epoch == producer_epoch else 0
+            batch = build_batch([v for _, v in encoded], keys=[k for k, _ in encoded],
+                                timestamp_ms=self.clock.time_ms(), producer_id=producer_id,
+                                producer_epoch=producer_epoch, base_sequence=sequence,
+                                is_transactional=True)  # fmt: skip
+            pending = self._replicas.append_records([(partition, batch)], -1, self.config.offsets_commit_timeout_ms,
+                                                    leader_epoch=shard.leader_epoch, verify=verify)  # fmt: skip
+            exc = pending.results[0].exception
+            if exc is not None:
+                code = str(getattr(exc, "code", ""))
+                code = {"INVALID_PRODUCER_EPOCH": "PRODUCER_FENCED"}.get(code, code)
+                passed = code in ("PRODUCER_FENCED", "INVALID_TXN_STATE", "NOT_ENOUGH_REPLICAS",
+                                  "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "INVALID_PRODUCER_ID_MAPPING")  # fmt: skip
+                why = f"writing to {partition.key_str}: {exc}"
+                raise GroupError(code if passed else _WRITE_ERRORS.get(code, "UNKNOWN_SERVER_ERROR"), why)
+        self._await(pending)
+        with shard.lock:
+            if self._shards.get(shard.partition) is shard:
+                shard.pending_txn.setdefault(producer_id, []).extend(records)
+        return errors
+
+    def on_txn_marker(self, partition: int, producer_id: int, committed: bool) -> None:
+        """A transaction marker was written (and replicated) on ``__consumer_offsets-partition``: apply or drop
+        the producer's pending offsets there."""
+        shard = self._shards.get(partition)
+        if shard is None:
+            return
+        with shard.lock:
+            if not shard.loaded:
+                shard.early_markers[producer_id] = committed
+                return
+            self._apply_txn_marker(shard, producer_id, committed)
+
+    @staticmethod
+    def _apply_txn_marker(shard: _Shard, producer_id: int, committed: bool) -> None:
+        held = shard.pending_txn.pop(producer_id, [])
+        if committed:
+            for record in held:
+                shard.core.replay(record)
 
 
 def _expire_op(group_id: str, retention: bool) -> Callable[[GroupShard], tuple[None, Records]]:

@@ -1,4 +1,5 @@
-"""FindCoordinator: which broker coordinates each group (the leader of its ``__consumer_offsets`` partition).
+"""FindCoordinator: which broker coordinates each group (the leader of its ``__consumer_offsets`` partition), or
+each transactional id (key_type 1: the leader of its ``__transaction_state`` partition).
 
 The first call creates ``__consumer_offsets`` through the active controller (Kafka creates it on first use):
 ``offsets.topic.num.partitions`` partitions, replication factor ``offsets.topic.replication.factor``,
@@ -7,7 +8,9 @@ Kafka): a topic created under-replicated would stay so for ever, every group's o
 FindCoordinator answers COORDINATOR_NOT_AVAILABLE saying why, and clients retry until enough brokers are up
 (a single-broker cluster sets the factor to 1, as ``odradek up`` does). Per key: INVALID_GROUP_ID for an
 empty id, COORDINATOR_NOT_AVAILABLE while the topic or the partition's leader is missing (the client
-retries), INVALID_REQUEST for key_type other than 0 (transactions are not supported).
+retries), INVALID_REQUEST for a key_type other than 0 and 1. ``__transaction_state`` is made the same way on
+the first transactional lookup: ``transaction.state.log.num.partitions``, ``transaction.state.log.replication.
+factor``, compacted, ``min.insync.replicas`` = ``transaction.state.log.min.isr`` (capped at the factor).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from proto import controller_pb2 as cpb
 logger = logging.getLogger(__name__)
 
 GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+TXN_TOPIC = "__transaction_state"
 CREATE_TIMEOUT_MS = 10_000
 OFFSETS_TOPIC_CONFIGS = {
     "cleanup.policy": "compact",
@@ -40,19 +45,24 @@ def handle(
 ) -> pb.FindCoordinatorResponse:
     """Answers with each coordinator's address on ``listener`` (the one the request came in on)."""
     response = pb.FindCoordinatorResponse()
-    if request.key_type != GROUP_KEY_TYPE:
+    if request.key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
         for key in request.keys:
-            response.coordinators.add(key=key, node_id=-1, error=_err(E.INVALID_REQUEST, "only key_type 0 (group)"))
+            error = _err(E.INVALID_REQUEST, "key_type 0 (group) or 1 (transaction)")
+            response.coordinators.add(key=key, node_id=-1, error=error)
         return response
-    missing = f"{OFFSETS_TOPIC} is being created"
-    if ctx.metadata.image.topic(OFFSETS_TOPIC) is None and any(request.keys):
-        missing = create_offsets_topic(ctx) or missing
+    internal = OFFSETS_TOPIC if request.key_type == GROUP_KEY_TYPE else TXN_TOPIC
+    missing = f"{internal} is being created"
+    if ctx.metadata.image.topic(internal) is None and any(request.keys):
+        create = create_offsets_topic if internal == OFFSETS_TOPIC else create_transaction_topic
+        missing = create(ctx) or missing
     image = ctx.metadata.image
-    topic = image.topic(OFFSETS_TOPIC)
+    topic = image.topic(internal)
     for key in request.keys:
         answer = response.coordinators.add(key=key, node_id=-1)
         if not key:
-            answer.error.CopyFrom(_err(E.INVALID_GROUP_ID, "the group id must not be empty"))
+            what = "group id" if internal == OFFSETS_TOPIC else "transactional id"
+            answer.error.CopyFrom(_err(E.INVALID_GROUP_ID if internal == OFFSETS_TOPIC else E.INVALID_REQUEST,
+                                       f"the {what} must not be empty"))  # fmt: skip
             continue
         if topic is None or not topic.partitions:
             answer.error.CopyFrom(_err(E.COORDINATOR_NOT_AVAILABLE, missing))
@@ -62,7 +72,7 @@ def handle(
         broker = image.broker(reg.leader) if reg is not None and reg.has_leader else None
         endpoint = None if broker is None else listener_endpoint(broker, listener)
         if broker is None or broker.fenced or endpoint is None:
-            why = f"{OFFSETS_TOPIC}-{number} has no live leader"
+            why = f"{internal}-{number} has no live leader"
             answer.error.CopyFrom(_err(E.COORDINATOR_NOT_AVAILABLE, why))
             continue
         answer.node_id = broker.broker_id
@@ -93,6 +103,34 @@ def create_offsets_topic(ctx: BrokerContext) -> str | None:
                        answer.error.message or [t.error.message for t in answer.topics])  # fmt: skip
     else:
         logger.info("broker %d: created %s (%d partitions, replication factor %d)", ctx.broker_id, OFFSETS_TOPIC,
+                    topic.num_partitions, rf)  # fmt: skip
+    return None
+
+
+def create_transaction_topic(ctx: BrokerContext) -> str | None:
+    """Ask the controller to create ``__transaction_state`` (as :func:`create_offsets_topic`)."""
+    live = len(ctx.metadata.image.unfenced_brokers())
+    rf = int(ctx.config.get("transaction.state.log.replication.factor"))
+    if live < rf:
+        why = (f"{live} live broker(s) do not meet transaction.state.log.replication.factor={rf} for "
+               f"{TXN_TOPIC}; it is created once enough brokers are up")  # fmt: skip
+        logger.info("broker %d: %s", ctx.broker_id, why)
+        return why
+    configs = {
+        "cleanup.policy": "compact",
+        "segment.bytes": str(ctx.config.get("transaction.state.log.segment.bytes")),
+        "min.insync.replicas": str(min(int(ctx.config.get("transaction.state.log.min.isr")), rf)),
+        "unclean.leader.election.enable": "false",
+        "compression.type": "producer",
+    }
+    partitions = int(ctx.config.get("transaction.state.log.num.partitions"))
+    topic = cpb.TopicToCreate(name=TXN_TOPIC, num_partitions=partitions, replication_factor=rf, configs=configs)
+    answer = forward.create_topics(ctx, cpb.CreateTopicsRequest(topics=[topic], timeout_ms=CREATE_TIMEOUT_MS))
+    errors = [answer.error.code] + [t.error.code for t in answer.topics]
+    if any(code and code != "TOPIC_ALREADY_EXISTS" for code in errors):
+        logger.warning("broker %d: creating %s failed: %s", ctx.broker_id, TXN_TOPIC, errors)
+    else:
+        logger.info("broker %d: created %s (%d partitions, replication factor %d)", ctx.broker_id, TXN_TOPIC,
                     topic.num_partitions, rf)  # fmt: skip
     return None
 

@@ -11,6 +11,10 @@ connection's calls to several threads) is held by the partition until the earlie
 bounded time (``log.producer_state`` S8, ``replication.partition``): the partitions of a request are
 appended in the order the request lists them, which the producer keeps the same in every request.
 
+Transactional batches (docs/TRANSACTIONS.md): a batch that would open its producer's transaction on a partition
+is written only once the request's ``transactional_id``'s coordinator confirmed the partition is in the
+ongoing transaction (``broker.txn.verify``; ``log.producer_state`` S11), asked from a worker thread.
+
 acks=0 and acks=1 answer after the leader append (the client ignores the acks=0 answer); acks=-1 waits
 until every appended partition's high watermark passes its batch, or ``timeout_ms`` (capped at 300 s), one
 deadline for the whole request (held batches included): the appends and the wait go through
@@ -29,6 +33,7 @@ from broker.context import BrokerContext
 from broker.errors import INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION, error, error_of
 from broker.group.config import OFFSETS_TOPIC
 from broker.handlers.common import local_partition
+from broker.txn.verify import make_verifier
 from proto import broker_pb2 as pb
 from replication.partition import Partition
 
@@ -36,7 +41,7 @@ if TYPE_CHECKING:
     from broker.metrics import BrokerMetrics
 
 VALID_ACKS = (0, 1, -1)
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state"})
 MAX_TIMEOUT_MS = 300_000  # a longer timeout_ms is cut to this (docs/CONVENTIONS.md §8: every request has a maximum)
 
 
@@ -101,7 +106,9 @@ def begin(ctx: BrokerContext, request: pb.ProduceRequest, *, hold: bool = True) 
     if not entries:
         return response
     timeout_ms = min(max(request.timeout_ms, 0), MAX_TIMEOUT_MS)
-    pending = ctx.replicas.append_records(entries, acks, timeout_ms, hold=hold)
+    # S11: a transaction opens only once its coordinator says so (no transactional id: transactional batches fail)
+    verify = make_verifier(ctx, request.transactional_id) if request.transactional_id else None
+    pending = ctx.replicas.append_records(entries, acks, timeout_ms, hold=hold, verify=verify)
     started = PendingProduce(response, answers, pending, [len(records) for _, records in entries], ctx.metrics)
     return started if pending.held or pending.operation is not None else finish(started)
 

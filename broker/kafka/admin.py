@@ -201,7 +201,5 @@ def handle_init_producer_id(request: Request) -> Any:
         producer_id=getattr(body, "producer_id", -1), producer_epoch=getattr(body, "producer_epoch", -1),
     ))  # fmt: skip
     code = answer.error.code
-    if code == "INVALID_REQUEST" and body.transactional_id:
-        code = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"  # transactions do not exist yet: a clear refusal
     return build(response_class(INIT_PRODUCER_ID_KEY, request.version), throttle_time=0, error_code=code,
                  producer_id=answer.producer_id, producer_epoch=answer.producer_epoch)  # fmt: skip

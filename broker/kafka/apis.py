@@ -3,13 +3,14 @@
 ApiVersions answers exactly this table. The versions are the ones the modules translate correctly and
 that kio's schemas cover; the upper bounds are what current clients (librdkafka 2.x, the Java client
 3.x/4.x, kafka-python, aiokafka) ask for, except Fetch, capped at v12: v13+ names topics by id.
-SaslHandshake/SaslAuthenticate and the transaction APIs are added here when they exist (with
-``before_auth=True`` for the SASL ones).
+SaslHandshake/SaslAuthenticate are added here when they exist (with ``before_auth=True``). The transaction
+APIs are the client's (:mod:`broker.kafka.transactions`): AddPartitionsToTxn up to v3 (v4+ is Kafka's
+inter-broker batch), EndTxn and TxnOffsetCommit up to v3 (v4/v5 are KIP-890's transaction version 2).
 """
 
 from __future__ import annotations
 
-from broker.kafka import admin, api_versions, classic, fetch, groups, metadata, offsets, produce, security
+from broker.kafka import admin, api_versions, classic, fetch, groups, metadata, offsets, produce, security, transactions
 from broker.kafka.api import Api
 
 _APIS = [
@@ -32,12 +33,18 @@ _APIS = [
     Api(20, "DeleteTopics", 1, 6, admin.handle_delete_topics),
     Api(22, "InitProducerId", 0, 5, admin.handle_init_producer_id),
     Api(23, "OffsetForLeaderEpoch", 2, 4, offsets.handle_offset_for_leader_epoch),
+    Api(24, "AddPartitionsToTxn", 0, 3, transactions.handle_add_partitions_to_txn),
+    Api(25, "AddOffsetsToTxn", 0, 3, transactions.handle_add_offsets_to_txn),
+    Api(26, "EndTxn", 0, 3, transactions.handle_end_txn),
+    Api(28, "TxnOffsetCommit", 0, 3, transactions.handle_txn_offset_commit),
     Api(32, "DescribeConfigs", 1, 4, admin.handle_describe_configs),
     Api(36, "SaslAuthenticate", 0, 2, security.handle_sasl_authenticate, before_auth=True),
     Api(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
     Api(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
     Api(44, "IncrementalAlterConfigs", 0, 1, admin.handle_incremental_alter_configs),
     Api(60, "DescribeCluster", 0, 1, metadata.handle_describe_cluster),
+    Api(65, "DescribeTransactions", 0, 0, transactions.handle_describe_transactions),
+    Api(66, "ListTransactions", 0, 0, transactions.handle_list_transactions),
     Api(68, "ConsumerGroupHeartbeat", 0, 1, groups.handle_consumer_group_heartbeat),
     Api(69, "ConsumerGroupDescribe", 0, 1, groups.handle_consumer_group_describe),
 ]

@@ -4,8 +4,8 @@ idempotence checks and acks=all purgatory as gRPC.
 The handler reads a request by attribute (``acks``, ``timeout_ms``, ``topics[].name``,
 ``topics[].partitions[].partition/records``); :class:`_ProduceView` gives it those names over the kio
 request, so each partition's record bytes go to the log as kio read them from the frame, without a
-protobuf copy. ``acks=0`` gets no response (Kafka's rule); a request with a ``transactional_id`` is
-refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED until transactions exist.
+protobuf copy. ``acks=0`` gets no response (Kafka's rule); a request's ``transactional_id`` goes with it
+(a transaction opens on a partition only once its coordinator confirmed it: ``broker.txn.verify``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from broker.kafka.api import NO_RESPONSE, CloseConnection, Request
 from broker.kafka.codec import build, millis, response_class
 
 API_KEY = 0
-NOT_TRANSACTIONAL = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,19 +43,16 @@ class _ProduceView:
 def handle(request: Request) -> Any:
     body = request.body
     acks = int(body.acks)
-    if body.transactional_id:
-        answer = _refuse_all(body, NOT_TRANSACTIONAL, "transactions are not supported")
-    else:
-        view = _ProduceView(
-            acks,
-            millis(body.timeout),
-            "",
-            [
-                _TopicView(t.name, [_PartitionView(p.index, p.records or b"") for p in t.partition_data])
-                for t in body.topic_data
-            ],
-        )
-        answer = _answer(produce_handler.handle(request.ctx, view))  # type: ignore[arg-type]
+    view = _ProduceView(
+        acks,
+        millis(body.timeout),
+        body.transactional_id or "",
+        [
+            _TopicView(t.name, [_PartitionView(p.index, p.records or b"") for p in t.partition_data])
+            for t in body.topic_data
+        ],
+    )
+    answer = _answer(produce_handler.handle(request.ctx, view))  # type: ignore[arg-type]
     if acks == 0:
         if any(p["error_code"] for t in answer for p in t["partition_responses"]):
             # Kafka's rule: an acks=0 producer learns of a failure by losing the connection (and then
@@ -83,18 +79,4 @@ def _answer(response: Any) -> list[dict[str, Any]]:
             ],
         )
         for t in response.topics
-    ]
-
-
-def _refuse_all(body: Any, code: str, message: str) -> list[dict[str, Any]]:
-    return [
-        dict(
-            name=t.name,
-            partition_responses=[
-                dict(index=p.index, error_code=code, error_message=message, base_offset=-1, log_append_time=-1,
-                     log_start_offset=-1, record_errors=[])  # fmt: skip
-                for p in t.partition_data
-            ],
-        )
-        for t in body.topic_data
     ]

@@ -230,6 +230,21 @@ def _none(body: Any, check: Check) -> Denial | None:
     return None
 
 
+def _txn(body: Any, check: Check, name: str = "transactional_id") -> Denial | None:
+    return check.need(Op.WRITE, Rt.TRANSACTIONAL_ID, [getattr(body, name)])
+
+
+def _add_partitions_to_txn(body: Any, check: Check) -> Denial | None:
+    """v0-v3 (kio's ``v3_and_below_*`` fields): WRITE on the transactional id and on each topic."""
+    denial = _txn(body, check, "v3_and_below_transactional_id")
+    return denial or check.need(Op.WRITE, Rt.TOPIC, [t.name for t in body.v3_and_below_topics])
+
+
+def _txn_offset_commit(body: Any, check: Check) -> Denial | None:
+    return _txn(body, check) or check.need(Op.READ, Rt.GROUP, [body.group_id]) or check.need(
+        Op.READ, Rt.TOPIC, [t.name for t in body.topics])  # fmt: skip
+
+
 KAFKA_RULES: dict[int, Callable[[Any, Check], Denial | None]] = {
     0: _produce,
     1: _replica(Op.READ, "topics", "topic"),
@@ -255,6 +270,13 @@ KAFKA_RULES: dict[int, Callable[[Any, Check], Denial | None]] = {
     60: _none,
     68: _group(Op.READ),
     69: lambda body, check: check.need(Op.DESCRIBE, Rt.GROUP, list(body.group_ids)),
+    # transactions (docs/TRANSACTIONS.md), as the gRPC rules
+    24: _add_partitions_to_txn,
+    25: lambda body, check: _txn(body, check) or check.need(Op.READ, Rt.GROUP, [body.group_id]),
+    26: _txn,
+    28: _txn_offset_commit,
+    65: lambda body, check: check.need(Op.DESCRIBE, Rt.TRANSACTIONAL_ID, list(body.transactional_ids)),
+    66: lambda body, check: check.cluster(Op.DESCRIBE),
 }
 
 

@@ -135,6 +135,7 @@ class MetadataLogState:
         self.records_kept_after_snapshot = kept
         self.dedup_window = dedup_window
         self._records: list[LogEntry] = []
+        self._batch_end: list[bool] = []  # parallel to _records: True for the last record of a command
         self._log_start_offset = 0
         self._snapshot: bytes | None = None
         self._snapshot_term = 0
@@ -178,25 +179,34 @@ class MetadataLogState:
     def records_from(
         self, offset: int, *, max_records: int = 1000, max_bytes: int = 1 << 20
     ) -> list[LogEntry] | NeedsSnapshot:
-        """Records at ``offset`` and after, oldest first.
+        """Records at ``offset`` and after, oldest first, in whole batches.
 
         Below ``log_start_offset`` the answer is :class:`NeedsSnapshot`. At or past ``end_offset`` it is an
-        empty list (a reader ahead of this voter only means this voter lags). At most ``max_records``
-        records, and no more than ``max_bytes`` of payload except that the first record is always
-        returned whole (like a Kafka fetch), so a reader always progresses.
+        empty list (a reader ahead of this voter only means this voter lags). A batch is the records of one
+        command (a marker, or one append: e.g. a topic with all its partitions) and is never cut: a reader
+        that publishes what it read never sees part of one (Kafka keeps controller record batches whole).
+        At most ``max_records`` records and ``max_bytes`` of payload, except that the first batch (from
+        ``offset`` to the end of the batch it falls in) always comes whole, like a Kafka fetch's first
+        batch, so a reader always progresses.
         """
         if offset < 0 or max_records < 1 or max_bytes < 0:
             raise ValueError(f"bad read: offset={offset} max_records={max_records} max_bytes={max_bytes}")
         if offset < self._log_start_offset:
             return NeedsSnapshot(self._log_start_offset)
-        start = offset - self._log_start_offset
+        position, end = offset - self._log_start_offset, len(self._records)
         out: list[LogEntry] = []
         size = 0
-        for entry in self._records[start : start + max_records]:
-            size += len(entry.payload)
-            if out and size > max_bytes:
+        while position < end:
+            last = position
+            while not self._batch_end[last]:  # the last record of the log always ends a batch
+                last += 1
+            batch = self._records[position : last + 1]
+            batch_size = sum(len(e.payload) for e in batch)
+            if out and (len(out) + len(batch) > max_records or size + batch_size > max_bytes):
                 break
-            out.append(entry)
+            out.extend(batch)
+            size += batch_size
+            position = last + 1
         return out
 
     # --- commands --------------------------------------------------------------------------------
@@ -210,6 +220,7 @@ class MetadataLogState:
             return AppendResult.failure(FENCED_LEADER_EPOCH)
         offset = self.end_offset
         self._records.append(LogEntry(offset, term, payload))
+        self._batch_end.append(True)
         self._term = term
         self._active_node_id = node_id
         self._maybe_fold()
@@ -243,6 +254,7 @@ class MetadataLogState:
         if expected_base_offset >= 0 and expected_base_offset != base:
             return AppendResult.failure(UNEXPECTED_BASE_OFFSET)
         self._records.extend(LogEntry(base + i, term, p) for i, p in enumerate(payloads))
+        self._batch_end.extend(i == len(payloads) - 1 for i in range(len(payloads)))
         return AppendResult(ok=True, base_offset=base, last_offset=base + len(payloads) - 1)
 
     def _remember(self, request_id: bytes, result: AppendResult) -> None:
@@ -261,6 +273,7 @@ class MetadataLogState:
         self._snapshot = snapshot
         self._snapshot_term = folded[-1].term
         del self._records[:count]
+        del self._batch_end[:count]
         self._log_start_offset += count
         assert not self._records or self._records[0].offset == self._log_start_offset
 
@@ -284,8 +297,8 @@ class MetadataLogState:
         ]
         if snap is not None:
             parts.append(snap)
-        for entry in self._records:
-            parts.append(_RECORD.pack(entry.term, len(entry.payload)))
+        for entry, batch_end in zip(self._records, self._batch_end, strict=True):
+            parts.append(_RECORD.pack(entry.term, len(entry.payload), batch_end))
             parts.append(entry.payload)
         for request_id, res in self._dedup.items():
             error = (res.error or "").encode("ascii")
@@ -305,6 +318,7 @@ class MetadataLogState:
             self._active_node_id,
             self._snapshot,
             self._records,
+            self._batch_end,
             self._dedup,
         ) = decoded
 
@@ -314,11 +328,11 @@ def _is_int(value: object) -> bool:
 
 
 _STATE_MAGIC = b"ODRQSTAT"
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 1: records without the batch_end flag (each read back as a batch of its own)
 _STATE_HEADER = struct.Struct(
     ">"
     "8s"  # magic: b"ODRQSTAT"
-    "H"  # version: 1
+    "H"  # version: 2 (1 is read too)
     "q"  # log_start_offset: first offset held as a record (= the snapshot's exclusive end)
     "q"  # snapshot_term: term of the last folded record (0 without snapshot)
     "q"  # term: newest applied marker's term
@@ -331,7 +345,9 @@ _RECORD = struct.Struct(
     ">"
     "q"  # term: term that wrote the record (its offset is implicit: log_start_offset + index)
     "I"  # payload_len: bytes of payload that follow
+    "?"  # batch_end: the last record of its command (version 2 only)
 )
+_RECORD_V1 = struct.Struct(">qI")
 _DEDUP = struct.Struct(
     ">"
     "B"  # id_len: bytes of request id that follow the fixed part
@@ -342,7 +358,7 @@ _DEDUP = struct.Struct(
 )
 _CRC = struct.Struct(">I")  # CRC-32 (zlib) of every byte before it
 
-_Decoded = tuple[int, int, int, int | None, bytes | None, list[LogEntry], OrderedDict[bytes, AppendResult]]
+_Decoded = tuple[int, int, int, int | None, bytes | None, list[LogEntry], list[bool], OrderedDict[bytes, AppendResult]]
 
 
 def _decode_state(data: bytes) -> _Decoded:
@@ -353,14 +369,21 @@ def _decode_state(data: bytes) -> _Decoded:
         raise StateDecodeError("state CRC mismatch")
     header = _STATE_HEADER.unpack_from(body)
     magic, version, start, snap_term, term, active, snap_len, n_records, n_dedup = header
-    if magic != _STATE_MAGIC or version != _STATE_VERSION:
-        raise StateDecodeError(f"not a state of version {_STATE_VERSION}: magic={magic!r} version={version}")
+    if magic != _STATE_MAGIC or version not in (1, _STATE_VERSION):
+        raise StateDecodeError(f"not a state of version 1..{_STATE_VERSION}: magic={magic!r} version={version}")
     reader = _Reader(body, _STATE_HEADER.size)
     snapshot = None if snap_len < 0 else reader.take(snap_len)
     records: list[LogEntry] = []
+    batch_ends: list[bool] = []
     for i in range(n_records):
-        rec_term, size = reader.unpack(_RECORD)
+        if version == 1:
+            (rec_term, size), batch_end = reader.unpack(_RECORD_V1), 1
+        else:
+            rec_term, size, batch_end = reader.unpack(_RECORD)
         records.append(LogEntry(start + i, rec_term, reader.take(size)))
+        batch_ends.append(bool(batch_end))
+    if batch_ends and not batch_ends[-1]:
+        raise StateDecodeError("the last record does not end a batch")
     dedup: OrderedDict[bytes, AppendResult] = OrderedDict()
     for _ in range(n_dedup):
         id_len, ok, base, last, err_len = reader.unpack(_DEDUP)
@@ -369,7 +392,7 @@ def _decode_state(data: bytes) -> _Decoded:
         dedup[request_id] = AppendResult(bool(ok), error, base, last)
     if reader.pos != len(body):
         raise StateDecodeError(f"{len(body) - reader.pos} trailing bytes in state")
-    return start, snap_term, term, None if active < 0 else active, snapshot, records, dedup
+    return start, snap_term, term, None if active < 0 else active, snapshot, records, batch_ends, dedup
 
 
 class _Reader:

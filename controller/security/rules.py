@@ -189,7 +189,9 @@ def _txn(also: Callable[[Any, Check], Denial | None] | None = None) -> Rule:
 
 BROKER_RULES = {
     **BROKER_RULES,
-    "AddPartitionsToTxn": _txn(lambda req, check: check.need(Op.WRITE, Rt.TOPIC, [t.topic for t in req.topics])),
+    "AddPartitionsToTxn": lambda req, check: check.cluster(Op.CLUSTER_ACTION) if req.verify_only else _txn(
+        lambda req, check: check.need(Op.WRITE, Rt.TOPIC, [t.topic for t in req.topics]))(req, check),  # R3: a
+    # leader's verification (verify_only, KIP-890) comes from brokers only
     "AddOffsetsToTxn": _txn(lambda req, check: check.need(Op.READ, Rt.GROUP, [req.group_id])),
     "EndTxn": _txn(),
     "TxnOffsetCommit": _txn(_group(Op.READ, Op.READ, lambda r: [t.name for t in r.topics])),

@@ -195,11 +195,18 @@ class BatchBuilder:
         """Size of the batch if built now without compression (an upper bound when compressing)."""
         return self._size
 
-    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    def set_producer_state(
+        self, producer_id: int, producer_epoch: int, base_sequence: int, *, is_transactional: bool = False
+    ) -> None:
         """Set the header's producer id, epoch and base sequence before ``build`` (Kafka's
-        ``MemoryRecordsBuilder.setProducerState``): an idempotent batch is built once, with its CRC."""
+        ``MemoryRecordsBuilder.setProducerState``): an idempotent batch is built once, with its CRC. A
+        transactional producer's batch also gets the transactional attribute then (it needs the id)."""
         if self._built:
             raise RuntimeError("set_producer_state() after build()")
+        if is_transactional:
+            if producer_id < 0:
+                raise ValueError("a transactional batch needs a producer id")
+            self._attributes |= ATTR_TRANSACTIONAL
         self._producer_id = producer_id
         self._producer_epoch = producer_epoch
         self._base_sequence = base_sequence

@@ -26,33 +26,38 @@ from odradek.net import ClusterClient, rpc_error
 from proto import broker_pb2
 
 GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+_WHAT = {GROUP_KEY_TYPE: "group", TRANSACTION_KEY_TYPE: "transactional id"}
 REDISCOVER_CODES = frozenset({"NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE"})
 RETRY_SAME_CODES = frozenset({"COORDINATOR_LOAD_IN_PROGRESS", "REQUEST_TIMED_OUT"})
 
 
-def find_coordinator(client: ClusterClient, group_id: str) -> tuple[int, str]:
-    """One FindCoordinator round: ``(node_id, "host:port")``, or a (retriable) KafkaError."""
+def find_coordinator(client: ClusterClient, group_id: str, key_type: int = GROUP_KEY_TYPE) -> tuple[int, str]:
+    """One FindCoordinator round: ``(node_id, "host:port")``, or a (retriable) KafkaError. ``key_type`` 1: the
+    transaction coordinator of the transactional id ``group_id``."""
+    what = _WHAT.get(key_type, "key")
     response = client.call_any(
-        "FindCoordinator", broker_pb2.FindCoordinatorRequest(key_type=GROUP_KEY_TYPE, keys=[group_id])
+        "FindCoordinator", broker_pb2.FindCoordinatorRequest(key_type=key_type, keys=[group_id])
     )
     for c in response.coordinators:
         if c.key != group_id:
             continue
         if c.error.code:
-            raise error_from_code(c.error.code, f"finding the coordinator of group {group_id!r}: {c.error.message}")
+            raise error_from_code(c.error.code, f"finding the coordinator of {what} {group_id!r}: {c.error.message}")
         if c.node_id < 0 or not c.address:
-            raise CoordinatorNotAvailableError(f"group {group_id!r} has no coordinator yet")
+            raise CoordinatorNotAvailableError(f"{what} {group_id!r} has no coordinator yet")
         return c.node_id, c.address
-    raise CoordinatorNotAvailableError(f"FindCoordinator did not answer for group {group_id!r}")
+    raise CoordinatorNotAvailableError(f"FindCoordinator did not answer for {what} {group_id!r}")
 
 
 class CoordinatorClient:
     """Calls to one group's coordinator. Thread-safe: the known address is guarded by a lock, calls are
     independent (the heartbeat thread and the application thread both call)."""
 
-    def __init__(self, client: ClusterClient, group_id: str) -> None:
+    def __init__(self, client: ClusterClient, group_id: str, key_type: int = GROUP_KEY_TYPE) -> None:
         self._client = client
         self.group_id = group_id
+        self.key_type = key_type
         self._lock = threading.Lock()
         self._address: str | None = None
         self._node_id = -1
@@ -66,7 +71,7 @@ class CoordinatorClient:
         with self._lock:
             if self._address is not None:
                 return self._address
-        node_id, address = find_coordinator(self._client, self.group_id)
+        node_id, address = find_coordinator(self._client, self.group_id, self.key_type)
         with self._lock:
             self._node_id, self._address = node_id, address
         return address
@@ -111,7 +116,8 @@ class CoordinatorClient:
             remaining_s = (deadline - clock.monotonic_ms()) / 1000
             if remaining_s <= 0:
                 raise KafkaTimeoutError(
-                    f"{method} for group {self.group_id!r} did not succeed within {timeout_ms:.0f} ms"
+                    f"{method} for {_WHAT.get(self.key_type, 'key')} {self.group_id!r} did not succeed within "
+                    f"{timeout_ms:.0f} ms"
                     + (f"; last error: {last}" if last else "")
                 )
             try:

@@ -215,6 +215,11 @@ def make_children(
         # Kafka's quickstart habit: a cluster smaller than the default factor (3) sets it to its size, since
         # __consumer_offsets is not created with fewer live brokers than the factor.
         broker_config.insert(0, f"offsets.topic.replication.factor={min(3, len(plan.brokers))}")
+    if not any(item.startswith("transaction.state.log.replication.factor=") for item in broker_config):
+        # likewise __transaction_state, and its min.isr (Kafka's 2) with a single broker
+        broker_config.insert(0, f"transaction.state.log.replication.factor={min(3, len(plan.brokers))}")
+        if len(plan.brokers) < 2 and not any(i.startswith("transaction.state.log.min.isr=") for i in broker_config):
+            broker_config.insert(0, "transaction.state.log.min.isr=1")
     brokers = [
         Child(b.name, b.role, child_argv(plan, b, secret, [*extra(b), *broker_config], metrics), broker_env,
               plan.log_path(b))

@@ -52,7 +52,6 @@ def test_kip_360_a_known_producer_bumps_its_epoch_then_gets_a_new_id_at_the_last
 
 
 @pytest.mark.parametrize(("pid", "epoch", "txn", "why"), [
-    (-1, -1, "tx-1", "transactions are not supported"),
     (5, -1, "", "give both"),
     (-1, 3, "", "give both"),
     (-7, -7, "", "give both"),
@@ -116,3 +115,10 @@ def test_controller_allocator_sends_the_broker_epoch_and_raises_the_controllers_
     with pytest.raises(BrokerError) as raised:
         allocate()
     assert raised.value.code == "STALE_BROKER_EPOCH"
+
+
+def test_a_transactional_id_goes_to_the_transaction_coordinator(harness: BrokerHarness) -> None:
+    harness.ctx.producer_ids = ProducerIdManager(Blocks())
+    answer = init(harness, -1, -1, "tx-1")  # this harness runs none (the process tests: tests/transactions)
+    assert answer.error.code == "COORDINATOR_NOT_AVAILABLE"
+    assert "no transaction coordinator" in answer.error.message

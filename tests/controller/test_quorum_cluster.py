@@ -168,7 +168,7 @@ def test_elect_append_and_read_from_every_node(cluster: Callable[..., Cluster]) 
 
 def test_append_on_a_follower_names_the_leader(cluster: Callable[..., Cluster]) -> None:
     c = cluster().start_all()
-    active = c.active()
+    active = c.settled()
     follower = next(n for n in c.nodes.values() if n is not active)
     wait_until(lambda: follower.leader() is not None, what="the follower to know the leader")
     with pytest.raises(NotActiveError) as err:
@@ -181,7 +181,7 @@ def test_re_proposals_after_timeouts_commit_exactly_once(cluster: Callable[..., 
     """A pysyncobj timeout is not a failure: append re-proposes under the same request id (here after
     1 ms, long before a commit) and de-duplication keeps one copy, with one result for all copies."""
     c = cluster(tuning=QuorumTuning(append_retry_interval_s=0.001)).start_all()
-    active = c.active()
+    active = c.settled()
     results = [active.append([b"r%d" % i], timeout_s=10) for i in range(40)]
     assert all(r.ok for r in results)
     assert active.proposals > 40  # copies were proposed
@@ -212,7 +212,7 @@ def test_the_same_request_proposed_twice_is_applied_once_everywhere(cluster: Cal
 def test_a_deposed_leaders_term_is_fenced(cluster: Callable[..., Cluster]) -> None:
     """A command stamped with the term of a deposed leader is a no-op everywhere (NOT_CONTROLLER)."""
     c = cluster().start_all()
-    old = c.active()
+    old = c.settled()
     old_term = old.status().raft_term
     assert old.append([b"before"], timeout_s=5).ok
     c.stop(old.node_id)
@@ -237,7 +237,7 @@ def test_close_active_during_appends_then_restart_it(cluster: Callable[..., Clus
     and the stopped node catches up after its restart."""
     c = cluster().start_all()
     acked: list[bytes] = []
-    first = c.active()
+    first = c.settled()
     for i in range(20):
         assert first.append([b"s%d" % i], timeout_s=5).ok
         acked.append(b"s%d" % i)
@@ -268,7 +268,7 @@ def test_close_active_during_appends_then_restart_it(cluster: Callable[..., Clus
 
 def test_no_commit_without_a_majority(cluster: Callable[..., Cluster]) -> None:
     c = cluster().start_all()
-    active = c.active()
+    active = c.settled()
     assert active.append([b"ok"], timeout_s=5).ok
     end = active.end_offset
     for node_id in [n for n in c.nodes if n != active.node_id]:
@@ -290,7 +290,7 @@ def test_follower_far_behind_catches_up_from_a_snapshot(cluster: Callable[..., C
     (Raft's InstallSnapshot) and then the rest; its on_apply sees a StateReset."""
     tuning = QuorumTuning(log_compaction_min_entries=20, state_max_records_before_snapshot=30)
     c = cluster(tuning=tuning).start_all()
-    active = c.active()
+    active = c.settled()
     follower = next(n for n in c.nodes if n != active.node_id)
     c.stop(follower)
     for i in range(120):
@@ -306,7 +306,7 @@ def test_follower_far_behind_catches_up_from_a_snapshot(cluster: Callable[..., C
 def test_whole_quorum_restart_keeps_everything_after_compaction(cluster: Callable[..., Cluster]) -> None:
     tuning = QuorumTuning(log_compaction_min_entries=10, state_max_records_before_snapshot=25)
     c = cluster(tuning=tuning).start_all()
-    active = c.active()
+    active = c.settled()
     for i in range(60):
         assert active.append([b"w%d" % i], timeout_s=5).ok
     before = c.converged()
@@ -316,7 +316,7 @@ def test_whole_quorum_restart_keeps_everything_after_compaction(cluster: Callabl
     c.close()
     c.start_all()
     assert c.converged()[: len(before)] == before
-    assert c.active().append([b"after-restart"], timeout_s=5).base_offset > len(before)  # after a new marker
+    assert c.settled().append([b"after-restart"], timeout_s=5).base_offset > len(before)  # after a new marker
     after = c.converged()
     assert after[: len(before)] == before
     assert data(after) == data(before) + [b"after-restart"]
@@ -352,7 +352,7 @@ def test_refuses_to_start_without_a_secret_or_with_another_nodes_data(
 def test_refuses_to_start_on_a_corrupt_dump(cluster: Callable[..., Cluster]) -> None:
     """A dump that fails its CRC stops the start; pysyncobj alone would log it and run on empty state."""
     c = cluster(tuning=QuorumTuning(log_compaction_min_entries=5)).start_all()
-    active = c.active()
+    active = c.settled()
     for i in range(10):
         assert active.append([b"d%d" % i], timeout_s=5).ok
     c.converged()
@@ -400,7 +400,7 @@ def test_largest_allowed_append_replicates(cluster: Callable[..., Cluster], capl
     for larger entries mislabels its last chunk."""
     tuning = QuorumTuning(max_append_bytes=300_000)
     c = cluster(tuning=tuning).start_all()
-    active = c.active()
+    active = c.settled()
     big = [b"\xff" * 150_000, bytes(range(256)) * 585]
     assert active.append(big, timeout_s=10).ok
     assert active.append([b"small"], timeout_s=10).ok

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import pytest
@@ -209,21 +210,45 @@ def test_records_from_edges() -> None:
     state.apply_append(b"r", 1, [b"a", b"b", b"c"])
     assert state.records_from(4) == []
     assert state.records_from(100) == []
-    assert [e.offset for e in read(state, 1, max_records=2)] == [1, 2]
+    assert [e.offset for e in read(state, 2, max_records=1)] == [2, 3]  # from the middle: the rest of it
     with pytest.raises(ValueError, match="bad read"):
         state.records_from(-1)
     with pytest.raises(ValueError, match="bad read"):
         state.records_from(0, max_records=0)
 
 
-def test_records_from_max_bytes_always_returns_the_first_record() -> None:
-    """records_from: stops before max_bytes is exceeded, but the first record always comes whole."""
-    state = with_marker()
-    state.apply_append(b"r", 1, [b"x" * 10, b"y" * 10, b"z" * 10])
-    assert [e.offset for e in read(state, 1, max_bytes=5)] == [1]
-    assert [e.offset for e in read(state, 1, max_bytes=20)] == [1, 2]
-    assert [e.offset for e in read(state, 1, max_bytes=29)] == [1, 2]
-    assert [e.offset for e in read(state, 1, max_bytes=30)] == [1, 2, 3]
+def test_records_from_never_cuts_a_command_in_the_middle() -> None:
+    """The records of one command (e.g. a topic and all its partitions) come in one answer or not at all:
+    a broker publishes an image per answer and must never see part of a topic. The first batch always
+    comes whole, over the limits if need be, so a reader always progresses."""
+    state = with_marker()  # offset 0
+    state.apply_append(b"r1", 1, [b"a" * 10, b"b" * 10, b"c" * 10])  # 1..3
+    state.apply_append(b"r2", 1, [b"d" * 10, b"e" * 10])  # 4..5
+    state.apply_append(b"r3", 1, [b"f" * 10])  # 6
+    assert [e.offset for e in read(state, 0, max_records=1)] == [0]
+    assert [e.offset for e in read(state, 0, max_records=2)] == [0]
+    assert [e.offset for e in read(state, 0, max_records=4)] == [0, 1, 2, 3]
+    assert [e.offset for e in read(state, 1, max_records=1)] == [1, 2, 3]
+    assert [e.offset for e in read(state, 1, max_records=4)] == [1, 2, 3]
+    assert [e.offset for e in read(state, 1, max_records=6)] == [1, 2, 3, 4, 5, 6]
+    assert [e.offset for e in read(state, 1, max_bytes=5)] == [1, 2, 3]
+    assert [e.offset for e in read(state, 1, max_bytes=49)] == [1, 2, 3]
+    assert [e.offset for e in read(state, 1, max_bytes=50)] == [1, 2, 3, 4, 5]
+    assert [e.offset for e in read(state, 4, max_bytes=1)] == [4, 5]
+
+
+def test_batches_survive_the_dump_and_a_fold_in_the_middle_of_one() -> None:
+    state = with_marker(max_records_before_snapshot=4, records_kept_after_snapshot=2)
+    state.apply_append(b"r1", 1, [b"a", b"b"])  # 1..2
+    state.apply_append(b"r2", 1, [b"c", b"d", b"e"])  # 3..5: folds 0..3, keeps 4..5 (a cut batch)
+    assert state.log_start_offset == 4
+    assert [e.offset for e in read(state, 4, max_records=1)] == [4, 5]
+    state.apply_append(b"r3", 1, [b"f"])  # 6
+    copy = new_state(max_records_before_snapshot=4, records_kept_after_snapshot=2)
+    copy.load_bytes(state.to_bytes())
+    assert [e.offset for e in read(copy, 4, max_records=1)] == [4, 5]
+    assert [e.offset for e in read(copy, 6, max_records=1)] == [6]
+    assert copy.to_bytes() == state.to_bytes()
 
 
 # --- serialization and determinism ---------------------------------------------------------------
@@ -310,3 +335,20 @@ def test_replicas_agree_whatever_retries_and_restarts(commands: list[tuple[Any, 
     assert not isinstance(records, NeedsSnapshot)
     assert [e.offset for e in records] == list(range(plain.log_start_offset, plain.end_offset))
     assert len(split_concat_snapshot(plain.snapshot().data)) == plain.log_start_offset
+
+
+def test_a_version_1_state_still_loads_each_record_a_batch() -> None:
+    """States written before batches were kept (version 1, no batch_end flag) load; each record is then a
+    batch of its own (the boundaries are unknown), as every read was before."""
+    from controller.raft import state as state_module
+
+    body = state_module._STATE_HEADER.pack(state_module._STATE_MAGIC, 1, 0, 0, 1, 0, -1, 3, 0)
+    for payload in (b"LC", b"a", b"b"):
+        body += state_module._RECORD_V1.pack(1, len(payload)) + payload
+    old = body + state_module._CRC.pack(zlib.crc32(body))
+    state = new_state()
+    state.load_bytes(old)
+    assert [e.payload for e in read(state, 0)] == [b"LC", b"a", b"b"]
+    assert [e.offset for e in read(state, 1, max_records=1)] == [1]
+    assert state.apply_append(b"r", 1, [b"c", b"d"]).ok
+    assert [e.offset for e in read(state, 3, max_records=1)] == [3, 4]

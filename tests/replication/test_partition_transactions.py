@@ -61,7 +61,7 @@ class Coordinator:
         self.asked: list[list[tuple[int, int]]] = []
         self.refuse = False
 
-    def __call__(self, producers: list[tuple[int, int]]) -> None:
+    def __call__(self, key: tuple[str, int], producers: list[tuple[int, int]]) -> None:
         self.asked.append(producers)
         if self.refuse:
             raise InvalidTxnStateError("not in the transaction")
@@ -100,7 +100,7 @@ def test_s11_a_verification_from_before_a_marker_is_void(tmp_path: Path) -> None
     p.append_as_leader(txn_batch(7, 0, [b"a"]), acks=1, verify=coordinator)
     p.append_marker(7, 0, ABORT)
 
-    def abort_meanwhile(producers: list[tuple[int, int]]) -> None:
+    def abort_meanwhile(key: tuple[str, int], producers: list[tuple[int, int]]) -> None:
         p.append_marker(7, 0, ABORT)  # the coordinator aborted while the leader was asking
 
     with pytest.raises(InvalidTxnStateError, match="no verified transaction"):
@@ -222,3 +222,20 @@ def test_snapshot_carries_open_transactions_and_reads_version_1(tmp_path: Path) 
     old_entries, old_txns = decode_with_transactions(bytes(v1))
     assert [e.producer_id for e in old_entries] == [5]
     assert old_txns.open_transactions == []
+
+
+def test_s11_concurrent_verifications_share_one_guard_and_a_marker_voids_it() -> None:
+    from log.producer_state import ProducerStateManager
+    from log.record import parse_header
+
+    state = ProducerStateManager()
+    first, second = state.begin_verification(7, 0), state.begin_verification(7, 0)
+    assert first == second  # two requests of the producer in flight: both may append
+    header = parse_header(txn_batch(7, 0, [b"a"]))
+    state.check_append([header], {7: first})
+    state.update(header, 0)
+    marker = parse_header(build_marker_batch(7, 0, ABORT, T0, base_offset=1))
+    state.update(marker, 1, marker=ABORT)
+    assert state.begin_verification(7, 0) != first
+    with pytest.raises(InvalidTxnStateError):
+        state.check_append([parse_header(txn_batch(7, 1, [b"late"]))], {7: first})

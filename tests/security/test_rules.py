@@ -144,3 +144,36 @@ def test_r5_metadata_and_groups_filtered() -> None:
     everything = b.ListGroupsResponse(groups=[b.ListGroupsResponse.Group(group_id=g) for g in ("g1", "g2")])
     filter_groups(everything, check(allow(Op.DESCRIBE, *CLUSTER)))
     assert len(everything.groups) == 2
+
+
+def test_a_leaders_verification_needs_cluster_action_not_the_producers_acls() -> None:
+    """AddPartitionsToTxn with verify_only comes from partition leaders (KIP-890, docs/TRANSACTIONS.md S11)."""
+    request = b.AddPartitionsToTxnRequest(transactional_id="tx", verify_only=True,
+                                          topics=[b.TopicPartitions(topic="t")])
+    producer_acls = check(allow(Op.WRITE, Rt.TRANSACTIONAL_ID, "tx"), allow(Op.WRITE, Rt.TOPIC, "t"))
+    assert BROKER_RULES["AddPartitionsToTxn"](request, producer_acls) is not None
+    assert BROKER_RULES["AddPartitionsToTxn"](request, check(allow(Op.CLUSTER_ACTION, *CLUSTER))) is None
+
+
+def test_kafka_listener_transaction_apis_need_the_same_acls_as_grpc() -> None:
+    """broker/kafka/security.py KAFKA_RULES for the transaction APIs (24, 25, 26, 28, 65, 66), on kio bodies."""
+    from types import SimpleNamespace as NS
+
+    from broker.kafka.security import KAFKA_RULES
+
+    cases = {
+        24: (NS(v3_and_below_transactional_id="x", v3_and_below_topics=[NS(name="t")]),
+             [(Op.WRITE, Rt.TRANSACTIONAL_ID, "x"), (Op.WRITE, Rt.TOPIC, "t")]),
+        25: (NS(transactional_id="x", group_id="g"), [(Op.WRITE, Rt.TRANSACTIONAL_ID, "x"), (Op.READ, Rt.GROUP, "g")]),
+        26: (NS(transactional_id="x"), [(Op.WRITE, Rt.TRANSACTIONAL_ID, "x")]),
+        28: (NS(transactional_id="x", group_id="g", topics=[NS(name="t")]),
+             [(Op.WRITE, Rt.TRANSACTIONAL_ID, "x"), (Op.READ, Rt.GROUP, "g"), (Op.READ, Rt.TOPIC, "t")]),
+        65: (NS(transactional_ids=["x"]), [(Op.DESCRIBE, Rt.TRANSACTIONAL_ID, "x")]),
+        66: (NS(), [(Op.DESCRIBE, *CLUSTER)]),
+    }  # fmt: skip
+    for key, (body, needs) in cases.items():
+        granted = [allow(*n) for n in needs]
+        assert KAFKA_RULES[key](body, check()) is not None, key
+        assert KAFKA_RULES[key](body, check(*granted)) is None, key
+        for missing in granted:
+            assert KAFKA_RULES[key](body, check(*(g for g in granted if g != missing))) is not None, (key, missing)

@@ -43,5 +43,8 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster(tmp_path_factory.mktemp("spark-cluster"), brokers=1) as c:
+    txn = {"transaction.state.log.num.partitions": "3", "transaction.state.log.replication.factor": "1",
+           "transaction.state.log.min.isr": "1", "offsets.topic.num.partitions": "3",
+           "offsets.topic.replication.factor": "1"}  # exactlyOnce writes: a single broker's internal topics
+    with Cluster(tmp_path_factory.mktemp("spark-cluster"), brokers=1, broker_config=txn) as c:
         yield c

@@ -59,8 +59,9 @@ class FakePartition:
         return self.role is Role.LEADER
 
     def append_as_leader(
-        self, batch: bytes, acks: int, *, deadline_ms: float | None = None, hold: bool = True
-    ) -> AppendInfo:
+        self, batch: bytes, acks: int, *, deadline_ms: float | None = None, hold: bool = True,
+        verify: object = None,
+    ) -> AppendInfo:  # fmt: skip
         if self.fail_with is not None:
             raise self.fail_with
         data = bytearray(batch)
