@@ -2,13 +2,14 @@
 
     python -m tests.bench.breakdown [--rate 1000] [--num-records 5000] [--replication-factor 3]
         [--controllers 3] [--brokers 3] [--broker-config KEY=VALUE ...] [--repeat N]
-        [--variant NAME:KEY=VALUE,... ...] [--analyze DIR]
+        [--variant NAME:KEY=VALUE,... ...] [--keep] [--analyze DIR]
 
 Starts ``odradek up`` with ``ODRADEK_LATENCY_TRACE`` set (``log.trace``), creates a 1-partition topic,
 runs ``odradek perf e2e`` against it at ``--rate``, stops the cluster (every process writes its trace
 file as it exits), joins the events of every process by (topic, partition, offset), and prints, for each
-stage of a record's way, the median and the 99th percentile of the time spent in it. With
-``--analyze DIR`` it only reads the trace files of an earlier run. Each ``--variant`` is a run with more
+stage of a record's way, the median and the 99th percentile of the time spent in it. The runs' directories
+are removed at the end unless ``--keep``; with ``--analyze DIR`` it only reads the trace files of an earlier
+(kept) run: the directory ``run-<round>-<variant number>/trace`` of one. Each ``--variant`` is a run with more
 broker configs (``--variant before:fetch.inline.read.max.bytes=0 --variant after:``: a change measured
 with its switch off and on), the variants in alternation ``--repeat`` times, each variant's records pooled
 into one column pair.
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import os
+import shutil
 import sys
 import tempfile
 from collections import defaultdict
@@ -263,6 +265,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per variant (their records pooled)")
     parser.add_argument("--topic", default="breakdown")
     parser.add_argument("--analyze", metavar="DIR", help="only read the trace files of an earlier run")
+    parser.add_argument("--keep", action="store_true", help="keep the runs' directories (traces, logs, data)")
     args = parser.parse_args(list(argv) if argv is not None else None)
     if args.analyze:
         print(render({"": stages_of(read_traces(Path(args.analyze), args.topic))}))
@@ -278,8 +281,11 @@ def main(argv: Iterable[str] | None = None) -> int:
             for stage, values in stages_of(read_traces(trace_dir, args.topic)).items():
                 columns[name][stage].extend(values)
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"load average {load_before} before, {load_after} after; traces under {root}")
+    kept = f"; traces under {root}" if args.keep else ""
+    print(f"load average {load_before} before, {load_after} after{kept}")
     print(render(columns))
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 
