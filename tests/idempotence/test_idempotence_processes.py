@@ -115,8 +115,9 @@ def test_a_retry_after_a_broker_restart_is_still_a_duplicate(proxied: tuple[Clus
 
 @pytest.fixture
 def proxied_three(tmp_path: Path) -> Iterator[tuple[Cluster, list[LossyProxy]]]:
-    """Three brokers, each advertised behind its own :class:`LossyProxy` (clients and followers use them)."""
-    cluster = Cluster(tmp_path, brokers=3, start=False)
+    """Three brokers, each advertised behind its own :class:`LossyProxy` (clients and followers use them). The
+    proxy forwards unary calls only: followers fetch with unary Fetch calls (no ReplicaFetch stream)."""
+    cluster = Cluster(tmp_path, brokers=3, start=False, broker_config={"replica.fetch.stream.enable": "false"})
     proxies = [
         LossyProxy(f"127.0.0.1:{port}", b.address) for port, b in zip(free_ports(3), cluster.brokers, strict=True)
     ]

@@ -19,6 +19,7 @@ from odradek.errors import (
     KafkaError,
     SaslAuthenticationFailedError,
     TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
 )
 from odradek.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from proto import broker_pb2, broker_pb2_grpc, controller_pb2, controller_pb2_grpc
@@ -41,7 +42,8 @@ def secured(tmp_path: Path) -> Iterator[tuple[Cluster, TlsFiles]]:
         controller_config={**files.node_config("CONTROLLER:SSL"), **authz},
         broker_config={**files.node_config("PLAINTEXT:SSL,CLIENT:SASL_SSL,CONTROLLER:SSL"), **authz,
                        "listener.name.client.ssl.client.auth": "none", "offsets.topic.replication.factor": "2",
-                       "offsets.topic.num.partitions": "2"},
+                       "offsets.topic.num.partitions": "2", "transaction.state.log.replication.factor": "2",
+                       "transaction.state.log.min.isr": "1", "transaction.state.log.num.partitions": "2"},
         channel_credentials=client_tls,
     ) as cluster:  # fmt: skip
         yield cluster, files
@@ -216,3 +218,57 @@ def test_broker_only_operations_need_cluster_action(secured: tuple[Cluster, TlsF
             assert denied.value.code() is grpc.StatusCode.PERMISSION_DENIED
             assert denied.value.details().startswith("CLUSTER_AUTHORIZATION_FAILED")
     assert all(b.alive() for b in cluster.brokers)
+
+
+def test_transactional_id_acls(secured: tuple[Cluster, TlsFiles]) -> None:
+    """TRANSACTIONAL_ID end to end: without WRITE on it, init_transactions is refused and nothing is created;
+    with it, a transaction commits; ListTransactions shows a principal only the ids it may DESCRIBE."""
+    cluster, files = secured
+    alice_config = {"bootstrap.servers": cluster.bootstrap_servers, **files.client_config()}
+    alice = admin_of(alice_config)
+    try:
+        alice.create_topics([NewTopic("orders", num_partitions=1, replication_factor=2)])
+        alice.upsert_scram_credential("dave", "SCRAM-SHA-256", "dave-secret", 4096)
+        alice.create_acls([acl("User:dave", AclOperation.WRITE)])  # the topic, not the transactional id
+        dave = user(cluster, files, "dave", "dave-secret")
+        txn_config = {**dave, "transactional.id": "tx-dave", "max.block.ms": 5000, "request.timeout.ms": 3000,
+                      "linger.ms": 0}  # fmt: skip
+        refused = Producer(txn_config)
+        try:
+            expect(TransactionalIdAuthorizationFailedError, refused.init_transactions)
+        finally:
+            refused.close()
+        assert [t for t in alice.list_transactions() if t.transactional_id == "tx-dave"] == []  # nothing created
+        alice.create_acls([acl("User:dave", AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, "tx-dave")])
+        producer = Producer(txn_config)
+        try:
+            for attempt in range(50):  # the ACL reaches both brokers with the metadata (bounded)
+                try:
+                    producer.init_transactions()
+                    break
+                except TransactionalIdAuthorizationFailedError:
+                    producer.close()
+                    producer = Producer(txn_config)
+                    assert attempt < 49, "the ACL did not take effect"
+            producer.begin_transaction()
+            producer.send("orders", value=b"in-txn", partition=0)
+            producer.commit_transaction()
+        finally:
+            producer.close()
+        reader = Consumer({**alice_config, "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+        try:
+            reader.assign([TopicPartition("orders", 0)])
+            values: list[bytes] = []
+            cluster.wait_for(lambda: values.extend(r.value or b"" for r in reader.poll(200)) or values, 15,
+                             "the committed record")  # fmt: skip
+            assert values == [b"in-txn"]
+        finally:
+            reader.close()
+        other = Producer({**alice_config, "transactional.id": "tx-alice", "max.block.ms": 5000})
+        other.init_transactions()
+        other.close()
+        with admin_of(dave) as dave_admin:
+            assert [t.transactional_id for t in dave_admin.list_transactions()] == ["tx-dave"]  # DESCRIBE filter
+        assert {t.transactional_id for t in alice.list_transactions()} >= {"tx-dave", "tx-alice"}
+    finally:
+        alice.close()
