@@ -276,7 +276,7 @@ _OUTSIDE = re.compile(
             r"\bSTYLE\.md",
             r"\bDESIGN\.md",
             r"(?<!docs/)\bINTERFACE\.md",
-            r"shared notes",
+            r"shared\s+notes",
             r"\.\./shared\b",
             r"/work/" + "shared",
         )
@@ -302,7 +302,9 @@ def test_no_file_refers_to_notes_outside_the_repository() -> None:
 
 
 def test_the_outside_pattern_matches_what_it_must() -> None:
-    outside = ["(STYLE.md §2)", "see DESIGN.md", "fixed by INTERFACE.md", "of the shared notes", "../shared/x"]
+    # the last two are assembled so that this file itself names no outside location
+    outside = ["(STYLE.md §2)", "see DESIGN.md", "fixed by INTERFACE.md", " ".join(("of the", "shared", "notes")),
+               "../" + "shared/x"]  # fmt: skip
     inside = ["(docs/CONVENTIONS.md §2)", "docs/INTERFACE.md", "docs/ARCHITECTURE.md", "broker/group/PROTOCOL.md"]
     assert [line for line in outside if not _OUTSIDE.search(line)] == []
     assert [line for line in inside if _OUTSIDE.search(line)] == []
