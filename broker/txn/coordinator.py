@@ -21,7 +21,8 @@ Threads and locks (one owner per state machine):
   is no longer this broker's: the next coordinator loads the Prepare* state and writes the markers again
   (TC11; markers are idempotent for a partition: a second COMMIT of a closed transaction closes nothing).
 * **The coordinator thread** loads a shard when this broker becomes leader of its partition (replays the
-  log; requests meanwhile answer COORDINATOR_LOAD_IN_PROGRESS), queues the markers of what the log left
+  log to its end, past the high watermark, as the group coordinator does: :func:`read_records`; requests
+  meanwhile answer COORDINATOR_LOAD_IN_PROGRESS), queues the markers of what the log left
   decided, and every ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` aborts the transactions
   older than their timeout (TC9); every ``transaction.remove.expired.transaction.cleanup.interval.ms`` it
   expires idle transactional ids (TC10).
