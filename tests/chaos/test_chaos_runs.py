@@ -31,9 +31,9 @@ from chaos.backends.netcut import COMMENT_PREFIX
 from chaos.faults import PARTITION_KINDS, Episode, Nemesis, Timing, broker_view
 from chaos.history import History
 from chaos.runner import RunConfig, RunResult, cluster_configs, run
-from controller.launcher import wait_until
 from odradek import Admin, NewTopic
 from proto import broker_pb2, broker_pb2_grpc
+from tests.support.launcher import wait_until
 
 pytestmark = pytest.mark.chaos
 
