@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy log odradek controller broker replication chaos spark
+	$(BIN)/mypy common log odradek controller broker replication chaos spark
 
 pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)

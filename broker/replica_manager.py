@@ -30,9 +30,9 @@ from broker.appends import PendingAppend
 from broker.config import BrokerConfig, effective_log_config
 from broker.log_manager import LogManager, TopicPartition
 from broker.purgatory import DelayedOperation, Purgatory
+from common.clock import Clock
 from controller.image import ConfigResource, LocalReplicaChanges, MetadataImage, PartitionRegistration
 from controller.records import ConfigResourceType
-from log.clock import Clock
 from replication.partition import Partition, Role, Verifier
 
 logger = logging.getLogger(__name__)

@@ -37,6 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.clock import Clock
+from common.files import fsync_dir
 from log.append import (
     AppendInfo,
     PreparedAppend,
@@ -48,8 +50,7 @@ from log.append import (
     segment_chunks,
     validate_leader_append,
 )
-from log.checkpoint import fsync_dir, remove_marker, write_checkpoint, write_marker
-from log.clock import Clock
+from log.checkpoint import remove_marker, write_checkpoint, write_marker
 from log.config import LogConfig
 from log.errors import OffsetOutOfRangeError, StorageError
 from log.flush_stats import report_flush

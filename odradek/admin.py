@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from odradek.clock import SYSTEM_CLOCK, Clock
+from common.clock import SYSTEM_CLOCK, Clock
 from odradek.config import AdminConfig
 from odradek.errors import (
     ElectionNotNeededError,

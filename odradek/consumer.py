@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import TypeVar
 
-from odradek.clock import SYSTEM_CLOCK, Clock
+from common.clock import SYSTEM_CLOCK, Clock
 from odradek.config import ConsumerConfig
 from odradek.errors import (
     IllegalStateError,

@@ -31,10 +31,10 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 
+from common.clock import SYSTEM_CLOCK, Clock
 from log.record import codec_from_name
 from odradek.accumulator import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES, RecordAccumulator, record_size_upper_bound
 from odradek.backoff import ExponentialBackoff
-from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.config import ProducerConfig
 from odradek.errors import IllegalStateError, KafkaTimeoutError, MessageTooLargeError
 from odradek.idempotence import IdempotenceState

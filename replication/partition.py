@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
+from common.clock import Clock
 from log.append import AppendInfo, ValidatedAppend
-from log.clock import Clock
 from log.config import LogConfig
 from log.errors import StorageError
 from log.log import FetchData, FetchSlice, Log

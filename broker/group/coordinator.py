@@ -46,7 +46,7 @@ from broker.group.records import CoordinatorRecord, decode_record
 from broker.group.shard import GroupShard, OffsetCommit, Records, TopicsView
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import ReplicaManager
-from log.clock import Clock
+from common.clock import Clock
 from log.record.builder import build_batch
 from log.record.reader import CONTROL_TYPE_COMMIT, iter_batches_with_records
 from replication.partition import Partition, Role, Verifier

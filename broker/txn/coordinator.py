@@ -48,7 +48,7 @@ from broker.txn import errors as E
 from broker.txn.errors import TxnError
 from broker.txn.records import decode_record, encode_record
 from broker.txn.state import PREPARED, Decision, TopicPartition, TransactionStateManager, TxnMetadata
-from log.clock import Clock
+from common.clock import Clock
 from log.record.builder import build_batch
 from log.record.reader import iter_batches_with_records
 from replication.partition import Partition, Role

@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 
 import grpc
 
+from common.clock import SYSTEM_CLOCK, Clock
 from odradek.backoff import ExponentialBackoff
-from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.errors import (
     KafkaError,
     KafkaTimeoutError,
@@ -30,8 +30,9 @@ from odradek.errors import (
     error_from_code,
 )
 from odradek.net.calls import CallPool
-from odradek.net.channels import ChannelPool, rpc_error
+from odradek.net.channels import ChannelPool
 from odradek.net.metadata import EMPTY_CLUSTER, Cluster, TopicInfo
+from odradek.rpc_errors import rpc_error
 from odradek.security.config import SecurityConfig
 from odradek.types import TopicPartition
 from proto import broker_pb2

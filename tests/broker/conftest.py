@@ -18,6 +18,7 @@ from broker.context import BrokerContext
 from broker.log_manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import ConfigChanges, ReplicaManager
+from common.clock import SystemClock
 from controller.image import MetadataDelta, MetadataImage
 from controller.records import (
     Config,
@@ -32,7 +33,6 @@ from controller.records import (
     Topic,
     UnfenceBroker,
 )
-from log.clock import SystemClock
 from log.record import build_batch
 from replication.partition import Partition as ReplicaPartition
 

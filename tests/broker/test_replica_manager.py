@@ -23,6 +23,7 @@ from broker.log_manager import (
 )
 from broker.maintenance import LogMaintenance
 from broker.metadata_loader import MetadataLoader, config_changes, image_changes
+from common.clock import ManualClock
 from controller.image import MetadataDelta, MetadataImage
 from controller.records import (
     Config,
@@ -36,7 +37,6 @@ from controller.records import (
     Topic,
     encode_record,
 )
-from log.clock import ManualClock
 from log.errors import StorageError
 from proto import controller_pb2
 from replication.partition import Role

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from common.clock import ManualClock
 from controller.configs import ControllerConfig
 from controller.core import ControllerCore, ControllerResult
 from controller.core.common import preview
 from controller.image import MetadataDelta, MetadataImage, PartitionRegistration
 from controller.records import LeaderChange
-from log.clock import ManualClock
 from proto import controller_pb2 as pb
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from common.clock import ManualClock
 from controller.launcher import wait_until
 from log.append import AppendInfo
-from log.clock import ManualClock
 from log.config import LogConfig
 from log.errors import CorruptRecordError
 from log.log import Log

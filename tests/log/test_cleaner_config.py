@@ -6,8 +6,8 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.maintenance import make_log_cleaner
+from common.clock import ManualClock
 from controller.configs import ConfigError
-from log.clock import ManualClock
 
 
 class NoPartitions:

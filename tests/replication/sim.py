@@ -27,9 +27,9 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
+from common.clock import ManualClock
 from controller.core.elections import reconcile, with_elr
 from controller.image import PartitionRegistration
-from log.clock import ManualClock
 from replication.epoch_cache import EpochEndOffset
 from replication.isr import AlterPartitionRequest
 
