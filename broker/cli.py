@@ -46,6 +46,7 @@ import threading
 from typing import Any
 
 from common.errors import CommandError
+from controller.cli import parse_address
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 LISTENER = "PLAINTEXT"  # broker.lifecycle.LISTENER, the inter-broker listener (not imported: it pulls in grpc)
@@ -77,13 +78,6 @@ def add_broker_parser(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def parse_address(text: str, what: str) -> str:
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise CommandError(f"{what} must be HOST:PORT, got {text!r}")
-    return text.strip()
-
-
 def parse_listeners(text: str, option: str) -> dict[str, str]:
     """``NAME://HOST:PORT,...`` (or a bare ``HOST:PORT``, the PLAINTEXT listener) as ``{NAME: HOST:PORT}``."""
     result: dict[str, str] = {}
@@ -94,7 +88,7 @@ def parse_listeners(text: str, option: str) -> dict[str, str]:
             raise CommandError(f"{option}: listener name {name!r} must be letters, digits and _ (in {item!r})")
         if name in result:
             raise CommandError(f"{option} names listener {name} twice")
-        result[name] = parse_address(address, f"{option} listener {name}")
+        result[name] = parse_address(address, f"{option} listener {name}", any_host=True)
     if not result:
         raise CommandError(f"{option} lists no address")
     return result
@@ -135,14 +129,17 @@ def build_options(args: argparse.Namespace) -> Any:
         raise CommandError(f"--node-id must be a non-negative int32, got {args.node_id}")
     listeners = build_listeners(args.listen, args.advertised)
     inter_broker = next(lis for lis in listeners if lis.name == LISTENER)
-    controllers = tuple(parse_address(a, "--controllers item") for a in args.controllers.split(",") if a.strip())
+    items = [a for a in args.controllers.split(",") if a.strip()]
+    controllers = tuple(parse_address(a, "--controllers item", any_host=True) for a in items)
     if not controllers:
         raise CommandError("--controllers lists no address")
     try:
         config = BrokerConfig.from_props(parse_key_values(args.config))
     except ConfigError as exc:
         raise CommandError(str(exc)) from None
-    metrics_listen = parse_address(args.metrics_listen, "--metrics-listen") if args.metrics_listen else ""
+    metrics_listen = ""
+    if args.metrics_listen:
+        metrics_listen = parse_address(args.metrics_listen, "--metrics-listen", any_host=True)
     return BrokerOptions(
         args.node_id, inter_broker.listen, inter_broker.advertised, controllers, args.data_dir, config, listeners,
         metrics_listen,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from broker.appends import PendingAppend
+from broker.errors import COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, UNKNOWN_SERVER_ERROR
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import ReplicaManager
 from replication.partition import Partition
@@ -37,10 +38,6 @@ from replication.views import Role
 logger = logging.getLogger(__name__)
 
 TICK_S = 0.1
-NOT_COORDINATOR = "NOT_COORDINATOR"
-COORDINATOR_NOT_AVAILABLE = "COORDINATOR_NOT_AVAILABLE"
-COORDINATOR_LOAD_IN_PROGRESS = "COORDINATOR_LOAD_IN_PROGRESS"
-UNKNOWN_SERVER_ERROR = "UNKNOWN_SERVER_ERROR"
 
 
 @dataclass(eq=False, kw_only=True)

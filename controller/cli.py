@@ -74,10 +74,11 @@ def add_controller_parser(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def parse_address(text: str, what: str) -> str:
-    """``host:port`` checked (``[v6]:port`` too); :class:`CommandError` otherwise."""
+def parse_address(text: str, what: str, *, any_host: bool = False) -> str:
+    """``host:port`` checked (``[v6]:port`` too); :class:`CommandError` otherwise. With ``any_host`` the host
+    may be empty (``:9092``: every address, as a broker's listener may bind)."""
     host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not (host or any_host) or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise CommandError(f"{what} must be HOST:PORT, got {text!r}")
     return text.strip()
 
