@@ -31,8 +31,8 @@ from broker.config import BrokerConfig, effective_log_config
 from broker.log_manager import LogManager, TopicPartition
 from broker.purgatory import DelayedOperation, Purgatory
 from common.clock import Clock
-from controller.image import ConfigResource, LocalReplicaChanges, MetadataImage, PartitionRegistration
-from controller.records import ConfigResourceType
+from metadata.image import ConfigResource, LocalReplicaChanges, MetadataImage, PartitionRegistration
+from metadata.records import ConfigResourceType
 from replication.partition import Partition, Verifier
 from replication.views import Role
 

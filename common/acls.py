@@ -1,5 +1,5 @@
 """Kafka's ACL codes (``org.apache.kafka.common.acl`` and ``...resource``): the one definition the clients
-(``odradek/security/acls.py``) and the cluster (``controller/security/acl.py``) share, so that a binding means
+(``odradek/security/acls.py``) and the cluster (``metadata/acl.py``) share, so that a binding means
 the same on both sides of the wire and in an ACL record of ``__cluster_metadata``."""
 
 from __future__ import annotations

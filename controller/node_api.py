@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
-from controller.configs import ControllerConfig
-from controller.image import MetadataImage
 from controller.long_poll import OffsetWaiters
 from controller.metrics.stats import ControllerStats
 from controller.quorum import MetadataQuorum
 from controller.security.node import NodeGuard
 from controller.security.settings import NodeSecurity
+from metadata.configs import ControllerConfig
+from metadata.image import MetadataImage
 from proto import common_pb2
 
 R = TypeVar("R")

@@ -24,8 +24,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = (
-    "common", "odradek", "log", "broker", "controller", "replication", "chaos", "spark", "proto", "tests", "deploy"
-)
+    "common", "odradek", "log", "metadata", "broker", "controller", "replication", "chaos", "spark", "proto", "tests",
+    "deploy", "bench",
+)  # fmt: skip
 PATH_SUFFIXES = (".py", ".md", ".json", ".yml", ".yaml", ".proto", ".sh", ".toml", ".html", ".css", ".txt", ".cfg")
 
 # Other projects' names that look like references into this one: Kafka configs Odradek does not have, and

@@ -19,8 +19,9 @@ from broker.log_manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import ConfigChanges, ReplicaManager
 from common.clock import SystemClock
-from controller.image import MetadataDelta, MetadataImage
-from controller.records import (
+from log.record import build_batch
+from metadata.image import MetadataDelta, MetadataImage
+from metadata.records import (
     Config,
     ConfigResourceType,
     Endpoint,
@@ -33,7 +34,6 @@ from controller.records import (
     Topic,
     UnfenceBroker,
 )
-from log.record import build_batch
 from replication.partition import Partition as ReplicaPartition
 
 BROKER_ID = 0

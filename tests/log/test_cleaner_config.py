@@ -7,7 +7,7 @@ import pytest
 from broker.config import BrokerConfig
 from broker.maintenance import make_log_cleaner
 from common.clock import ManualClock
-from controller.configs import ConfigError
+from metadata.configs import ConfigError
 
 
 class NoPartitions:

@@ -18,14 +18,14 @@ from broker.handlers import consumer_group_heartbeat, fetch, forward, init_produ
 from broker.metrics.requests import ErrorReader, RequestMetrics, TopicMetrics, count_records, request_name
 from common.clock import ManualClock
 from controller.health import HealthReporter
-from controller.image import MetadataDelta, MetadataImage
 from controller.metrics.endpoint import MetricsEndpoint, new_registry, split_address
 from controller.metrics.stats import ControllerStats, LatencyHistogram, count_elections
-from controller.records import Partition, PartitionChange, Topic
 from log.config import LogConfig
 from log.flush_stats import set_flush_observer
 from log.log import Log
 from log.record import build_batch
+from metadata.image import MetadataDelta, MetadataImage
+from metadata.records import Partition, PartitionChange, Topic
 from odradek.health import SERVING, UNREACHABLE, check
 from proto import broker_pb2 as pb
 from proto import controller_pb2 as cpb

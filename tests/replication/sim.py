@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from common.clock import ManualClock
 from controller.core.elections import reconcile, with_elr
-from controller.image import PartitionRegistration
+from metadata.image import PartitionRegistration
 from replication.epoch_cache import EpochEndOffset
 from replication.isr import AlterPartitionRequest
 
