@@ -65,7 +65,6 @@ ALLOWED_EDGES: frozenset[tuple[str, str]] = frozenset(
 # controller/node_api.py's; remove an entry when its import goes.
 KNOWN_BACK_EDGES: frozenset[tuple[str, str]] = frozenset(
     {
-        ("broker.appends", "broker.replica_manager"),  # PendingAppend is handed its ReplicaManager
         ("broker.context", "broker.metrics"),  # BrokerContext.metrics: BrokerMetrics
         ("broker.metrics", "broker.server"),  # the scrape-time collectors read the BrokerServer
         ("broker.metrics.collector", "broker.server"),
