@@ -45,10 +45,10 @@ from typing import Any
 
 import grpc
 
+from common.clock import Clock
 from log import trace
 from odradek.accumulator import ProducerBatch, RecordAccumulator
 from odradek.backoff import ExponentialBackoff
-from odradek.clock import Clock
 from odradek.config import ProducerConfig
 from odradek.errors import (
     IllegalStateError,

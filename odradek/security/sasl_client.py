@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import grpc
 
 from odradek.errors import KafkaError, SaslAuthenticationFailedError, error_from_code
+from odradek.rpc_errors import REAUTHENTICATE, rpc_error
 from odradek.security.config import SecurityConfig
 from odradek.security.scram import ScramClient, plain_message
 from proto import security_pb2 as pb
@@ -33,7 +34,6 @@ from proto import security_pb2_grpc
 
 HANDSHAKE_TIMEOUT_S = 10.0
 RETRY_AFTER_FAILURE_S = 1.0
-REAUTHENTICATE = "odradek-reauthenticate"
 
 
 class SaslSession:
@@ -85,8 +85,6 @@ class SaslSession:
         try:
             response = getattr(self._stub, method)(request, timeout=HANDSHAKE_TIMEOUT_S)
         except grpc.RpcError as exc:
-            from odradek.net.channels import rpc_error
-
             raise rpc_error(exc, method, "the node") from None
         if response.error.code:
             raise error_from_code(response.error.code, f"{method}: {response.error.message or response.error.code}")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from common.clock import SystemClock
 from controller.ports import free_ports
-from log.clock import SystemClock
 from log.config import LogConfig
 from log.log import Log
 from log.producer_state_file import list_snapshots, load

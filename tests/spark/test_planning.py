@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from odradek.clock import ManualClock
+from common.clock import ManualClock
 from odradek.types import TopicPartition
 from spark.planning import DataLoss, OffsetRange, TriggerPacer, find_data_loss, plan_ranges, rate_limit, repair
 from spark.reading import DataLossError, report_data_loss
