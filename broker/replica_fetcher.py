@@ -42,9 +42,9 @@ from broker.controller_channel import MAX_MESSAGE_BYTES
 from broker.lifecycle import LISTENER
 from broker.log_manager import TopicPartition
 from broker.replica_manager import ReplicaManager
-from controller.image import MetadataImage
 from controller.security.settings import open_channel
 from log import trace
+from metadata.image import MetadataImage
 from odradek.net.streams import LockstepStream
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
