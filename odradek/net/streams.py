@@ -127,14 +127,14 @@ class _Stream:
         on it fail with. Before its first answer, a failure other than a refusal is retriable whatever its
         status (:class:`StreamEnded`): a path that breaks streams can fail them with any status, and the
         retry goes as a unary call, which gets the peer's own answer."""
-        if answered or self._closed.is_set():
+        if answered or self._closed.is_set() or _code(error) in _REFUSALS:  # a refusal is the peer's answer
             return error
         if is_unimplemented(error):
             logger.info("%s: the peer has no %s: unary calls from now on", self._name, self._stream_method)
             self.unary = True
             return error
         self._probing = True
-        if _code(error) in _REFUSALS or isinstance(error, StreamEnded):
+        if isinstance(error, StreamEnded):
             return error
         details = error.details() if isinstance(error, grpc.Call) else str(error)
         return StreamEnded(f"{self._name}: the {self._stream_method} stream failed before its first answer "

@@ -302,6 +302,26 @@ def test_a_refusal_fails_the_oldest_waiting_request_and_sends_the_later_ones_aga
         assert failed.value.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
         assert [offset(f) for f in started[3:]] == [4, 5, 6]
         assert producer.seen == [("stream", n) for n in (1, 2, 4, 5, 6)]  # each read once, in order
+        assert not stream.unary
+        assert offset(stream.start(produce(7), 5)) == 7  # a refusal is an answer: the stream goes on
+        assert producer.seen[-1] == ("stream", 7)
+    finally:
+        stream.close()
+
+
+def test_a_refusal_of_the_first_request_keeps_the_later_ones_on_a_stream(serve: Any) -> None:
+    """Refused before any answer: not a broken stream (no unary probe, which could overtake the requests
+    sent again on the new stream)."""
+    producer = Producer()
+    producer.refuse = 1
+    stream = OrderedStream(serve(producer), "test", "ProduceStream", "Produce")
+    try:
+        started = [stream.start(produce(n), 5) for n in range(1, 4)]
+        with pytest.raises(grpc.RpcError):
+            started[0].result(timeout=10)
+        later = stream.start(produce(4), 5)
+        assert [offset(f) for f in [*started[1:], later]] == [2, 3, 4]
+        assert producer.seen == [("stream", n) for n in (2, 3, 4)]
     finally:
         stream.close()
 
