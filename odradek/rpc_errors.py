@@ -14,6 +14,7 @@ from odradek.errors import (
     UnsupportedVersionError,
     error_from_code,
 )
+from odradek.net.streams import StreamEnded
 
 REAUTHENTICATE = "odradek-reauthenticate"  # trailing metadata of a refusal: the node no longer knows the session
 
@@ -36,6 +37,8 @@ def rpc_error(exc: grpc.RpcError, what: str, address: str) -> KafkaError:
     code = exc.code() if isinstance(exc, grpc.Call) else None
     details = (exc.details() if isinstance(exc, grpc.Call) else None) or str(exc)
     text = f"{what} to {address} failed: {details}"
+    if isinstance(exc, StreamEnded):  # the broker ended the stream the call was on: as a lost connection
+        return NetworkError(text)
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
         return _security_error(exc, code, details, what, address)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED):

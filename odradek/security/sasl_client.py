@@ -176,14 +176,28 @@ class FailedCall(grpc.RpcError, grpc.Future, grpc.Call):  # type: ignore[misc]
     def add_done_callback(self, fn: Callable[[Any], None]) -> None:
         fn(self)
 
+    def __iter__(self) -> FailedCall:  # as a stream's answers: the first one fails
+        return self
 
-class SaslClientInterceptor(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    """Adds the session token to every call of one channel (CS1-CS3)."""
+    def __next__(self) -> Any:
+        raise self
+
+
+class SaslClientInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):  # type: ignore[misc]
+    """Adds the session token to every call of one channel (CS1-CS3), and to every stream when it opens (the
+    node checks each of its messages with that token: one that expired ends the stream, which the client
+    opens again after authenticating again, ``odradek.net.streams``)."""
 
     def __init__(self, session: SaslSession) -> None:
         self._session = session
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return self._intercept(continuation, details, request)
+
+    def intercept_stream_stream(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
+        return self._intercept(continuation, details, request_iterator)
+
+    def _intercept(self, continuation: Any, details: Any, request: Any) -> Any:
         try:
             token = self._session.token()
         except KafkaError as exc:
