@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from broker.purgatory import DelayedOperation
-from replication.partition import FetchPosition, Partition, Role
+from replication.partition import Partition
+from replication.views import FetchPosition, Role
 
 TopicPartition = tuple[str, int]
 

@@ -39,7 +39,7 @@ from controller.image import (
     TopicIdPartition,
     frozen_map,
 )
-from controller.records import decode_record
+from controller.record_codec import decode_record
 from controller.snapshot import decode_snapshot
 from log.errors import StorageError
 from proto import controller_pb2 as pb

@@ -49,7 +49,8 @@ from log import trace
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
 from replication.epoch_cache import EpochEndOffset
-from replication.partition import Partition, Role
+from replication.partition import Partition
+from replication.views import Role
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,8 @@ from broker.purgatory import DelayedOperation, Purgatory
 from controller.image import ConfigResource, LocalReplicaChanges, MetadataImage, PartitionRegistration
 from controller.records import ConfigResourceType
 from log.clock import Clock
-from replication.partition import Partition, Role, Verifier
+from replication.partition import Partition, Verifier
+from replication.views import Role
 
 logger = logging.getLogger(__name__)
 

@@ -3,8 +3,9 @@
     python -m chaos run --duration 60 --seed 7 --faults kill-leader,kill-controller,pause
 
 Modules: ``backends`` (how a cluster is started and hurt), ``history`` (the recorded operations),
-``workload`` (producers, readers, group consumers), ``faults`` (the seeded schedule and the nemesis that
-carries it out), ``checker`` and ``checker_group`` (pure functions from a history to anomalies),
+``workload`` (producers, transactional producers, readers, group consumers), ``faults`` (the seeded schedule
+and the nemesis that carries it out), ``checker``, ``checker_group`` and ``checker_txn`` (pure functions from
+a history to anomalies, over the ``history_index`` they share),
 ``report`` (figures and text), ``runner`` (one run end to end), ``cli``. See ``chaos/README.md``.
 Nothing in the project imports this package.
 """

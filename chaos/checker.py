@@ -24,7 +24,8 @@ Jepsen's Kafka, Redpanda and Bufstream analyses have one):
 ``poll-skip``
     One consumer jumping from offset a to offset b > a + 1 of a partition while another consumer read a
     value at an offset between them: it skipped records. (An acknowledged offset that nobody read is a
-    lost or unseen write, not a skip.)
+    lost or unseen write, not a skip; a read_committed consumer, ``rc-*``, rightly skips the records of
+    transactions that were not committed, so those offsets do not count for it.)
 ``acked-below-min-isr``
     A send acknowledged although fewer than ``min.insync.replicas`` replicas of its partition were running
     during its whole life. The rule, for each partition: from the fault actions, a replica is down from the
@@ -37,73 +38,24 @@ Jepsen's Kafka, Redpanda and Bufstream analyses have one):
     kill, with the answer in flight. A send acknowledged after the window ended is not one either: it may
     have been replicated to a restarted replica.
 
-The group checkers live in :mod:`chaos.checker_group`. :func:`check` runs all of them.
+The group checkers live in :mod:`chaos.checker_group`, the transaction checkers in :mod:`chaos.checker_txn`,
+what they all share in :mod:`chaos.history_index`. :func:`check` runs all of them.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from chaos.checker_group import check_group
+from chaos.checker_txn import check_transactions
 from chaos.history import OK, Op
+from chaos.history_index import MAX_EXAMPLES, Anomaly, Index, anomaly, is_read_committed, send_example
 
-MAX_EXAMPLES = 5
+__all__ = ["CHECKERS", "Anomaly", "Index", "check", "down_windows"]
+
 DOWN_ACTIONS = {"kill": "start", "pause": "resume", "isolate": "heal"}
-
-
-@dataclass(frozen=True, slots=True)
-class Anomaly:
-    kind: str
-    count: int
-    examples: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "count": self.count, "examples": self.examples}
-
-
-def _anomaly(kind: str, found: Sequence[dict[str, Any]]) -> list[Anomaly]:
-    return [Anomaly(kind, len(found), list(found[:MAX_EXAMPLES]))] if found else []
-
-
-def is_consumer(op: Op) -> bool:
-    return op.kind == "poll" and op.outcome == OK
-
-
-class Index:
-    """What the checkers share: acknowledged sends and every read, indexed once."""
-
-    def __init__(self, ops: Iterable[Op]) -> None:
-        self.ops = sorted(ops, key=lambda op: (op.t1, op.process, op.seq))
-        self.meta: dict[str, Any] = next((op.info for op in self.ops if op.kind == "meta"), {})
-        self.acked: dict[str, Op] = {}  # value -> its ok send
-        self.sent: set[str] = set()
-        self.values_at: dict[tuple[int, int], set[str]] = defaultdict(set)  # (partition, offset) -> values read
-        self.reads_of: dict[str, set[tuple[int, int]]] = defaultdict(set)  # value -> offsets it was read at
-        self.max_read: dict[int, int] = {}  # partition -> highest offset read
-        for op in self.ops:
-            if op.kind == "send":
-                assert op.value is not None
-                self.sent.add(op.value)
-                if op.outcome == OK:
-                    self.acked[op.value] = op
-            elif is_consumer(op):
-                for partition, offset, value in op.records:
-                    self.values_at[(partition, offset)].add(value)
-                    self.reads_of[value].add((partition, offset))
-                    if offset > self.max_read.get(partition, -1):
-                        self.max_read[partition] = offset
-
-    def read_offsets(self, partition: int) -> list[int]:
-        """The offsets of ``partition`` some consumer read, sorted."""
-        return sorted(o for (p, o) in self.values_at if p == partition)
-
-
-def _send_example(op: Op) -> dict[str, Any]:
-    return {"value": op.value, "partition": op.partition, "offset": op.offset, "process": op.process,
-            "t0": op.t0, "t1": op.t1}  # fmt: skip
 
 
 def check_lost_and_unseen(index: Index) -> list[Anomaly]:
@@ -115,9 +67,9 @@ def check_lost_and_unseen(index: Index) -> list[Anomaly]:
         assert op.partition is not None
         assert op.offset is not None
         highest = index.max_read.get(op.partition, -1)
-        example = {**_send_example(op), "highest_offset_read": highest}
+        example = {**send_example(op), "highest_offset_read": highest}
         (lost if highest > op.offset else unseen).append(example)
-    return _anomaly("lost-write", lost) + _anomaly("unseen-write", unseen)
+    return anomaly("lost-write", lost) + anomaly("unseen-write", unseen)
 
 
 def check_duplicates(index: Index) -> list[Anomaly]:
@@ -126,7 +78,7 @@ def check_duplicates(index: Index) -> list[Anomaly]:
         for value, offsets in sorted(index.reads_of.items())
         if len(offsets) > 1
     ]
-    return _anomaly("duplicate", found)
+    return anomaly("duplicate", found)
 
 
 def check_inconsistent_offsets(index: Index) -> list[Anomaly]:
@@ -137,11 +89,11 @@ def check_inconsistent_offsets(index: Index) -> list[Anomaly]:
     for value, op in sorted(index.acked.items()):
         read_at = index.reads_of.get(value)
         if read_at and (op.partition, op.offset) not in read_at:
-            found.append({**_send_example(op), "read_at": sorted(read_at), "source": "ack offset"})
+            found.append({**send_example(op), "read_at": sorted(read_at), "source": "ack offset"})
         there = index.values_at.get((op.partition or 0, op.offset or 0), set()) - {value}
         if there:
-            found.append({**_send_example(op), "read_there": sorted(there), "source": "ack offset"})
-    return _anomaly("inconsistent-offset", found)
+            found.append({**send_example(op), "read_there": sorted(there), "source": "ack offset"})
+    return anomaly("inconsistent-offset", found)
 
 
 def check_send_order(index: Index) -> list[Anomaly]:
@@ -153,10 +105,10 @@ def check_send_order(index: Index) -> list[Anomaly]:
         key = (op.process, op.partition)
         before = last.get(key)
         if before is not None and before.offset is not None and op.offset <= before.offset:
-            found.append({"process": op.process, "partition": op.partition, "earlier": _send_example(before),
-                          "later": _send_example(op)})  # fmt: skip
+            found.append({"process": op.process, "partition": op.partition, "earlier": send_example(before),
+                          "later": send_example(op)})  # fmt: skip
         last[key] = op
-    return _anomaly("nonmonotonic-send", found)
+    return anomaly("nonmonotonic-send", found)
 
 
 def check_polls(index: Index) -> list[Anomaly]:
@@ -164,6 +116,8 @@ def check_polls(index: Index) -> list[Anomaly]:
     nonmonotonic: list[dict[str, Any]] = []
     skips: list[dict[str, Any]] = []
     known = {p: index.read_offsets(p) for p in index.max_read}
+    # a read_committed consumer skips the records of transactions that were not committed
+    known_committed = {p: index.read_offsets(p, committed_only=True) for p in index.max_read}
     last: dict[tuple[str, int], int] = {}
     for op in sorted((op for op in index.ops if op.kind in ("poll", "reset")), key=lambda op: (op.process, op.seq)):
         if op.kind == "reset":
@@ -183,10 +137,11 @@ def check_polls(index: Index) -> list[Anomaly]:
             if offset <= before:
                 nonmonotonic.append(where)
             elif offset > before + 1:
-                between = _between(known.get(partition, []), before, offset)
+                offsets = known_committed if is_read_committed(op.process) else known
+                between = _between(offsets.get(partition, []), before, offset)
                 if between:
                     skips.append({**where, "skipped_offsets": between[:MAX_EXAMPLES]})
-    return _anomaly("nonmonotonic-poll", nonmonotonic) + _anomaly("poll-skip", skips)
+    return anomaly("nonmonotonic-poll", nonmonotonic) + anomaly("poll-skip", skips)
 
 
 def _between(sorted_offsets: list[int], low: int, high: int) -> list[int]:
@@ -241,8 +196,8 @@ def check_min_isr(index: Index) -> list[Anomaly]:
                 continue
             for start, stop in windows:
                 if op.t0 >= start and op.t1 <= stop:
-                    found.append({**_send_example(op), "window": [round(start, 4), round(stop, 4)]})
-    return _anomaly("acked-below-min-isr", sorted(found, key=lambda e: e["t1"]))
+                    found.append({**send_example(op), "window": [round(start, 4), round(stop, 4)]})
+    return anomaly("acked-below-min-isr", sorted(found, key=lambda e: e["t1"]))
 
 
 Checker = Callable[[Index], list[Anomaly]]
@@ -257,12 +212,12 @@ CHECKERS: tuple[Checker, ...] = (
 
 
 def check(ops: Iterable[Op], *, group_stall_s: float | None = None) -> list[Anomaly]:
-    """Every checker over ``ops``; the group checkers too (``group_stall_s``: the longest tolerated stall)."""
-    from chaos.checker_group import check_group
-
+    """Every checker over ``ops``; the group and transaction checkers too (``group_stall_s``: the longest
+    tolerated stall of the group)."""
     index = Index(ops)
     found: list[Anomaly] = []
     for checker in CHECKERS:
         found += checker(index)
     found += check_group(index, stall_s=group_stall_s)
+    found += check_transactions(index)
     return found

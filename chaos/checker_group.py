@@ -19,20 +19,16 @@ Both checkers run only when the history's meta names a group (``info["group"]``)
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chaos.history import OK
-
-if TYPE_CHECKING:
-    from chaos.checker import Anomaly, Index
+from chaos.history_index import Anomaly, Index, anomaly
 
 GROUP_PREFIX = "group-"
 DEFAULT_STALL_S = 60.0
 
 
 def check_group(index: Index, *, stall_s: float | None = None) -> list[Anomaly]:
-    from chaos.checker import _anomaly
-
     if not index.meta.get("group"):
         return []
     stall_s = DEFAULT_STALL_S if stall_s is None else stall_s
@@ -52,7 +48,7 @@ def check_group(index: Index, *, stall_s: float | None = None) -> list[Anomaly]:
     acks = sorted((op.t1, value) for value, op in index.acked.items())
     unseen = [{"value": v, "acked_at": t, "partition": index.acked[v].partition, "offset": index.acked[v].offset}
               for t, v in acks if v not in first_read]  # fmt: skip
-    return _anomaly("group-stall", _stalls(start, end, first_read, acks, stall_s)) + _anomaly("group-unseen", unseen)
+    return anomaly("group-stall", _stalls(start, end, first_read, acks, stall_s)) + anomaly("group-unseen", unseen)
 
 
 def _stalls(

@@ -19,7 +19,7 @@ from pathlib import Path
 from chaos.backends import Backend, BackendError
 from chaos.backends.local import LocalBackend
 from chaos.checker import check
-from chaos.faults import FAULT_KINDS, Timing
+from chaos.faults import FAULT_KINDS, KNOWN_KINDS, TXN_FAULT_KINDS, Timing
 from chaos.history import read_history
 from chaos.report import render, summarize
 from chaos.runner import SESSION_TIMEOUT_S, RunConfig, cluster_configs, run
@@ -27,10 +27,10 @@ from chaos.runner import SESSION_TIMEOUT_S, RunConfig, cluster_configs, run
 
 def _faults(text: str) -> tuple[str, ...]:
     kinds = tuple(FAULT_KINDS) if text == "all" else tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    unknown = [k for k in kinds if k not in KNOWN_KINDS]
     if unknown or not kinds:
         problem = f"unknown fault kind {unknown[0]!r}" if unknown else "no fault kind given"
-        raise argparse.ArgumentTypeError(f"{problem} (kinds: {', '.join(FAULT_KINDS)}, or all)")
+        raise argparse.ArgumentTypeError(f"{problem} (kinds: {', '.join(KNOWN_KINDS)}, or all)")
     return kinds
 
 
@@ -48,7 +48,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=60.0, metavar="SECONDS", help="fault phase length (default 60)")
     p.add_argument("--seed", type=int, default=0, help="seeds the fault schedule (default 0)")
     p.add_argument("--faults", type=_faults, default=FAULT_KINDS, metavar="KIND,...",
-                   help=f"comma-separated: {', '.join(FAULT_KINDS)}; or all (the default)")  # fmt: skip
+                   help=f"comma-separated: {', '.join(KNOWN_KINDS)}; or all (the default: all but "
+                        f"{', '.join(TXN_FAULT_KINDS)}, which needs --txn-producers)")  # fmt: skip
     p.add_argument(
         "--backend",
         choices=("local", "compose"),
@@ -70,6 +71,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=150.0, help="records per second, all producers (default 150)")
     p.add_argument("--producers", type=int, default=3, help="producer threads (default 3)")
     p.add_argument("--readers", type=int, default=2, help="assign-and-poll readers (default 2)")
+    p.add_argument(
+        "--txn-producers",
+        type=int,
+        default=0,
+        help="transactional producers, committing and aborting (default 0; needs --rc-readers)",
+    )
+    p.add_argument("--rc-readers", type=int, default=0, help="read_committed assign-and-poll readers (default 0)")
     p.add_argument("--group-members", type=int, default=2,
                    help="group consumers, when Consumer.subscribe works (default 2; 0: none)")  # fmt: skip
     p.add_argument("--hold", type=float, nargs=2, default=(4.0, 10.0), metavar=("MIN", "MAX"),
@@ -89,9 +97,17 @@ def _run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out or f"chaos-runs/{args.seed}-{time.strftime('%Y%m%dT%H%M%S')}").absolute()
     broker_config, controller_config = cluster_configs(dict(args.broker_config), dict(args.controller_config))
     session_s = float(controller_config.get("broker.session.timeout.ms", SESSION_TIMEOUT_S * 1000)) / 1000
+    if args.txn_producers > 0 and args.rc_readers <= 0:
+        print("chaos: --txn-producers needs --rc-readers 1 or more: the transaction checkers read what the "
+              "read_committed readers read", file=sys.stderr)  # fmt: skip
+        return 2
+    if set(args.faults) & set(TXN_FAULT_KINDS) and args.txn_producers <= 0:
+        print(f"chaos: {', '.join(TXN_FAULT_KINDS)} needs --txn-producers 1 or more", file=sys.stderr)
+        return 2
     config = RunConfig(
         duration_s=args.duration, seed=args.seed, faults=args.faults, out_dir=out_dir, partitions=args.partitions,
         producers=args.producers, readers=args.readers, group_members=args.group_members, rate=args.rate,
+        txn_producers=args.txn_producers, rc_readers=args.rc_readers,
         timing=Timing(quiet_s=tuple(args.quiet), hold_s=tuple(args.hold), pause_s=session_s * 1.5),
     )  # fmt: skip
     try:

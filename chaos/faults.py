@@ -18,6 +18,9 @@ Fault kinds (``--faults``):
                      node on the other, both ways (the majority elects a new leader and controller), hold, heal
 ``partition-leader-majority``  a follower of a partition and a controller that is not the active one on one
                      side, every other node (the leader among them) on the other, both ways, hold, heal
+``kill-txn-coordinator``  kill -9 the transaction coordinator of the first transactional producer's id
+                     (``chaos-txn-0``), hold, start it again; only with transactional producers, so not in
+                     ``all`` (``TXN_FAULT_KINDS``)
 
 :func:`plan_schedule` turns ``random.Random(seed)`` into episodes: the kinds in shuffled rounds (every kind
 once per round, so a short run still sees each kind), a quiet time before each, a hold time, and the
@@ -41,12 +44,15 @@ import grpc
 
 from chaos.backends import Backend, BackendError, Capability, NodeState
 from chaos.history import FAILED, OK, History, Op
+from chaos.workload import transactional_id
 from odradek import Admin
 from odradek.errors import OdradekError
 from proto import broker_pb2, broker_pb2_grpc
 
 PARTITION_KINDS = ("isolate-one-way", "partition-controllers", "partition-leader-minority", "partition-leader-majority")
 FAULT_KINDS = ("kill-leader", "kill-follower", "kill-controller", "pause", "kill-two", "isolate", *PARTITION_KINDS)
+TXN_FAULT_KINDS = ("kill-txn-coordinator",)  # need a transactional producer: named, never in "all"
+KNOWN_KINDS = (*FAULT_KINDS, *TXN_FAULT_KINDS)
 NEMESIS = "nemesis"
 
 
@@ -71,9 +77,9 @@ class Episode:
 def plan_schedule(rng: random.Random, kinds: Iterable[str], duration_s: float, timing: Timing) -> list[Episode]:
     """Episodes whose quiet and hold times fit in ``duration_s`` (the recovery time is not planned)."""
     kinds = list(kinds)
-    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    unknown = [k for k in kinds if k not in KNOWN_KINDS]
     if unknown or not kinds:
-        raise ValueError(f"unknown fault kind {unknown[0]!r}; the kinds are {', '.join(FAULT_KINDS)}"
+        raise ValueError(f"unknown fault kind {unknown[0]!r}; the kinds are {', '.join(KNOWN_KINDS)}"
                          if unknown else "no fault kind given")  # fmt: skip
     episodes: list[Episode] = []
     elapsed = 0.0
@@ -161,6 +167,8 @@ class Nemesis:
             nodes = [f"broker-{self._follower(episode)}"]
         elif kind == "kill-controller":
             nodes = [f"controller-{self._active_controller()}"]
+        elif kind == "kill-txn-coordinator":
+            nodes = [f"broker-{self._txn_coordinator()}"]
         else:  # kill-two
             running = sorted(n.node_id for n in self.backend.nodes() if n.role == "broker"
                              and n.state is NodeState.RUNNING)  # fmt: skip
@@ -251,6 +259,16 @@ class Nemesis:
         if not followers:
             raise _Skip(f"{self.topic}-{partition} has no follower")
         return followers[int(episode.pick2 * len(followers)) % len(followers)]
+
+    def _txn_coordinator(self) -> int:
+        txn_id = transactional_id(0)
+        try:
+            coordinator = self.admin.describe_transactions([txn_id])[txn_id].coordinator_id
+        except (OdradekError, KeyError) as exc:
+            raise _Skip(f"could not describe transactional id {txn_id}: {exc}") from None
+        if coordinator < 0:
+            raise _Skip(f"transactional id {txn_id} has no coordinator")
+        return coordinator
 
     def _active_controller(self) -> int:
         try:

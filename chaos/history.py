@@ -16,6 +16,10 @@ Kinds:
 * ``send``: one produced record (``value`` is unique in the run). ``ok``: acknowledged at ``offset``;
   ``unknown``: the delivery failed or timed out after the record was handed to the producer, so it may or may
   not be in the log; ``failed``: ``send`` itself raised, nothing was queued.
+* ``txn``: one transaction of a transactional producer (``txn-<i>``): ``info["values"]`` the
+  ``[partition, value]`` pairs it sent, ``info["txn"]`` its number; ``ok``: ``commit_transaction()``
+  returned; ``failed``: aborted (``abort_transaction()`` called, or ended before ``commit_transaction()``
+  was; ``info["intent"]`` says which was meant); ``unknown``: ``commit_transaction()`` raised (``error``).
 * ``poll``: one ``Consumer.poll``; ``records`` are ``[partition, offset, value]``. ``failed`` with ``error``
   when poll raised.
 * ``reset``: a consumer's position was legitimately moved back (a new consumer, a group rebalance): the
@@ -41,7 +45,7 @@ from typing import IO, Any
 
 OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
 OUTCOMES = (OK, FAILED, UNKNOWN)
-KINDS = ("meta", "send", "poll", "reset", "fault", "phase")
+KINDS = ("meta", "send", "txn", "poll", "reset", "fault", "phase")
 
 Record = tuple[int, int, str]  # (partition, offset, value)
 

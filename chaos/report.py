@@ -107,6 +107,7 @@ def summarize(
     sends = Counter(op.outcome for op in ops if op.kind == "send")
     send_errors = Counter(op.error for op in ops if op.kind == "send" and op.error)
     polls = Counter(op.outcome for op in ops if op.kind == "poll")
+    txns = Counter(op.outcome for op in ops if op.kind == "txn" and "values" in op.info)
     records_read = sum(len(op.records) for op in ops if op.kind == "poll")
     eps = episodes(ops)
     anomaly_list = [a.to_json() for a in anomalies]
@@ -115,6 +116,7 @@ def summarize(
         "duration_s": round(max((op.t1 for op in ops), default=0.0), 3),
         "operations": {
             "sends": dict(sends),
+            "transactions": dict(txns),
             "send_errors": dict(send_errors.most_common(10)),
             "polls": dict(polls),
             "records_read": records_read,
@@ -149,6 +151,10 @@ def render(summary: dict[str, Any]) -> str:
         f"  polls: {_counts(ops['polls'])}, {ops['records_read']} records read "
         f"({ops['distinct_values_read']} distinct values), {ops['resets']} consumer resets",
     ]
+    if ops.get("transactions"):
+        txns = ops["transactions"]
+        lines.append(f"  transactions: committed {txns.get(OK, 0)}, aborted {txns.get(FAILED, 0)}, "
+                     f"unknown outcome {txns.get('unknown', 0)}")  # fmt: skip
     group = meta.get("group")
     lines.append(f"  group consumers: {'on (group ' + str(group) + ')' if group else 'off'}")
     for note in summary.get("notes", []):

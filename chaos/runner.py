@@ -58,6 +58,8 @@ class RunConfig:
     producers: int = 3
     readers: int = 2
     group_members: int = 2  # used only when Consumer.subscribe works
+    txn_producers: int = 0  # transactional producers (chaos.workload.TxnProducerWorker)
+    rc_readers: int = 0  # read_committed readers (what the transaction checkers read)
     rate: float = 150.0
     timing: Timing = field(default_factory=lambda: Timing(pause_s=SESSION_TIMEOUT_S * 1.5))
     drain_timeout_s: float = 90.0
@@ -144,12 +146,15 @@ def run(config: RunConfig, backend: Backend, out: Callable[[str], None] = print)
             "min_insync_replicas": config.min_insync_replicas, "replicas": replicas, "brokers": brokers,
             "seed": config.seed, "faults": list(config.faults), "duration_s": config.duration_s,
             "group": "chaos" if group_members else None,
+            "txn_producers": config.txn_producers, "rc_readers": config.rc_readers,
         })  # fmt: skip
         for note in notes:
             out(f"note: {note}")
         workload = Workload(WorkloadConfig(backend.bootstrap_servers, topic, config.partitions,
                                            producers=config.producers, readers=config.readers,
-                                           group_members=group_members, rate=config.rate), history)  # fmt: skip
+                                           group_members=group_members, rate=config.rate,
+                                           txn_producers=config.txn_producers, rc_readers=config.rc_readers),
+                            history)  # fmt: skip
         episodes = plan_schedule(random.Random(config.seed), config.faults, config.duration_s, config.timing)
         out(f"chaos: seed {config.seed}, {len(episodes)} episodes planned over {config.duration_s:.0f} s "
             f"({', '.join(e.kind for e in episodes) or 'none'}); topic {topic}; files in {config.out_dir}")  # fmt: skip

@@ -9,14 +9,21 @@
 * Probes (``probe-<i>``): a producer that tries each record once with a short timeout, at a low rate,
   so that the history holds the brokers' own errors during a fault (NOT_ENOUGH_REPLICAS below
   ``min.insync.replicas``), which the main producers' retries hide. Their values take part in every check.
+* Transactional producers (``txn-<i>``): a ``Producer`` with ``transactional.id`` ``chaos-txn-<i>``, writing
+  transactions of ``txn_records`` values ``"t<i>-<n>-<k>"`` round-robin over the partitions, committing each
+  one (``commit_transaction``) and aborting every ``abort_every``-th (``abort_transaction``), one about every
+  ``txn_interval_s``. Each transaction is one ``txn`` operation (``chaos.history``). After an error the
+  producer is closed and a new one with the same id fences it (``init_transactions``).
 * Readers (``reader-<j>``): ``assign`` every partition, start at the earliest offset, ``poll`` until told to
-  stop. Empty polls are counted, not recorded.
+  stop. Empty polls are counted, not recorded. Read-committed readers (``rc-reader-<j>``) do the same with
+  ``isolation.level=read_committed``.
 * Group members (``group-<k>``): ``subscribe`` with one ``group.id``, ``poll``, ``commit`` after every
   non-empty poll. A change of assignment is recorded as a ``reset`` (a rebalance may legitimately re-deliver).
   :func:`group_support` says whether the client has groups yet; the runner switches the members on only then.
 
 Draining: after the faults, :meth:`Workload.drain` gives every reader (and the group as a whole) the end
-offsets to reach; :meth:`Workload.drained` says when they all have.
+offsets to reach; :meth:`Workload.drained` says when they all have. Progress is the consumers' positions, not
+the offsets of the records they returned: a partition may end with a transaction marker, which no poll returns.
 
 Thread-safety: each worker is one thread owning its client; the shared counters are under a lock.
 """
@@ -52,6 +59,12 @@ class WorkloadConfig:
     rate: float = 150.0  # records per second, all producers together
     probes: int = 1  # probe producers (PROBE_CONFIG), each writing probe_rate records per second
     probe_rate: float = 5.0
+    txn_producers: int = 0  # transactional producers (TxnProducerWorker)
+    rc_readers: int = 0  # read_committed readers
+    txn_records: int = 6  # records per transaction
+    txn_interval_s: float = 0.2  # between the starts of one producer's transactions
+    abort_every: int = 4  # every abort_every-th transaction is aborted
+    transaction_timeout_ms: int = 10000  # the coordinator aborts a transaction left open this long
     in_flight_per_partition: int = 50  # enough to keep sending through an outage of a partition
     request_timeout_ms: int = 5000
     delivery_timeout_ms: int = 20000
@@ -196,6 +209,92 @@ class ProducerWorker(_Worker):
                                partition=partition, value=value, **fields))  # fmt: skip
 
 
+def transactional_id(index: int) -> str:
+    """The ``transactional.id`` of ``txn-<index>``."""
+    return f"chaos-txn-{index}"
+
+
+class TxnProducerWorker(_Worker):
+    """``txn-<i>``: one transaction after another (module docstring); each one a ``txn`` operation."""
+
+    def __init__(self, index: int, history: History, config: WorkloadConfig, stop: threading.Event) -> None:
+        super().__init__(f"txn-{index}", history, config, stop)
+        self.index = index
+
+    def producer_config(self) -> dict[str, object]:
+        cfg = self.config
+        return {"bootstrap.servers": cfg.bootstrap_servers, "transactional.id": transactional_id(self.index),
+                "client.id": self.process, "request.timeout.ms": cfg.request_timeout_ms, "linger.ms": 5,
+                "max.block.ms": cfg.request_timeout_ms * 2, "delivery.timeout.ms": cfg.delivery_timeout_ms,
+                "transaction.timeout.ms": cfg.transaction_timeout_ms}  # fmt: skip
+
+    def work(self) -> None:
+        cfg = self.config
+        producer: Producer | None = None
+        number = 0
+        next_partition = self.index % cfg.partitions
+        try:
+            while not self.stop_event.wait(cfg.txn_interval_s):
+                if producer is None:
+                    producer = self._new_producer()
+                    if producer is None:
+                        continue
+                values = []
+                for k in range(cfg.txn_records):
+                    values.append((next_partition, f"t{self.index}-{number}-{k}"))
+                    next_partition = (next_partition + 1) % cfg.partitions
+                intent = "abort" if number % cfg.abort_every == cfg.abort_every - 1 else "commit"
+                t0 = self.history.now()
+                outcome, error, usable = self._transaction(producer, values, intent)
+                info = {"txn": number, "intent": intent, "values": [list(v) for v in values]}
+                self.history.add("txn", self.process, t0, outcome=outcome, error=error, info=info)
+                number += 1
+                if not usable:
+                    producer.close(timeout=5)
+                    producer = None
+        finally:
+            if producer is not None:
+                producer.close(timeout=5)
+
+    def _new_producer(self) -> Producer | None:
+        """A producer whose ``init_transactions`` succeeded (it fences the previous one), or None."""
+        producer = Producer(self.producer_config())
+        t0 = self.history.now()
+        try:
+            producer.init_transactions()
+        except OdradekError as exc:
+            self.history.add("txn", self.process, t0, outcome=FAILED, error=f"init: {error_name(exc)}")
+            producer.close(timeout=5)
+            return None
+        return producer
+
+    def _transaction(
+        self, producer: Producer, values: list[tuple[int, str]], intent: str
+    ) -> tuple[str, str | None, bool]:
+        """One transaction: (outcome, error, whether the producer can go on)."""
+        try:
+            producer.begin_transaction()
+            for partition, value in values:
+                producer.send(self.config.topic, value=value.encode(), partition=partition)
+        except OdradekError as exc:  # no commit was asked for: the transaction is aborted, whatever comes next
+            return FAILED, error_name(exc), self._abort(producer)
+        if intent == "abort":
+            return FAILED, None, self._abort(producer)
+        try:
+            producer.commit_transaction()
+        except OdradekError as exc:  # committed or not: the checkers allow either, for all its records at once
+            return UNKNOWN, error_name(exc), self._abort(producer)
+        return OK, None, True
+
+    @staticmethod
+    def _abort(producer: Producer) -> bool:
+        try:
+            producer.abort_transaction()
+        except OdradekError:
+            return False  # a new producer's init_transactions aborts it (or the coordinator, on timeout)
+        return True
+
+
 class _ConsumerWorker(_Worker):
     """Polls until stopped, or until drained to ``targets``; tracks the next offset it will read per partition."""
 
@@ -206,9 +305,11 @@ class _ConsumerWorker(_Worker):
         self.empty_polls = 0
 
     def consumer_config(self) -> dict[str, object]:
+        isolation = "read_committed" if self.process.startswith("rc-") else "read_uncommitted"
         return {"bootstrap.servers": self.config.bootstrap_servers, "auto.offset.reset": "earliest",
                 "client.id": self.process, "request.timeout.ms": self.config.request_timeout_ms,
-                "default.api.timeout.ms": self.config.request_timeout_ms}  # fmt: skip
+                "default.api.timeout.ms": self.config.request_timeout_ms,
+                "isolation.level": isolation}  # fmt: skip
 
     def poll_once(self, consumer: Consumer) -> None:
         """One poll, recorded when it raised or returned records (:meth:`before_record` runs just before)."""
@@ -221,11 +322,19 @@ class _ConsumerWorker(_Worker):
             return
         if not batch:
             self.empty_polls += 1
-            return
-        records = tuple((r.partition, r.offset, (r.value or b"").decode(errors="replace")) for r in batch)
-        self.before_record(consumer)
-        self.history.add("poll", self.process, t0, records=records)
-        self.progress.advance(self.process, records)
+        else:
+            records = tuple((r.partition, r.offset, (r.value or b"").decode(errors="replace")) for r in batch)
+            self.before_record(consumer)
+            self.history.add("poll", self.process, t0, records=records)
+        self.progress.advance(self.process, self._positions(consumer))
+
+    @staticmethod
+    def _positions(consumer: Consumer) -> dict[int, int]:
+        positions: dict[int, int] = {}
+        for tp in consumer.assignment():
+            with contextlib.suppress(OdradekError):  # not known yet: no progress there
+                positions[tp.partition] = consumer.position(tp, timeout_ms=POLL_TIMEOUT_MS)
+        return positions
 
     def before_record(self, consumer: Consumer) -> None:
         """A hook between a poll and its record (the group records a changed assignment there)."""
@@ -288,14 +397,15 @@ class _Progress:
         self._next: dict[str, dict[int, int]] = {}
         self._targets: dict[int, int] | None = None
 
-    def advance(self, process: str, records: tuple[tuple[int, int, str], ...]) -> None:
+    def advance(self, process: str, positions: Mapping[int, int]) -> None:
+        """``process`` will read ``positions`` (partition -> offset) next."""
         keys = [process, GroupWorker.GROUP] if process.startswith("group-") else [process]
         with self._lock:
             for key in keys:
                 offsets = self._next.setdefault(key, {})
-                for partition, offset, _ in records:
-                    if offset + 1 > offsets.get(partition, 0):
-                        offsets[partition] = offset + 1
+                for partition, position in positions.items():
+                    if position > offsets.get(partition, 0):
+                        offsets[partition] = position
 
     def set_targets(self, targets: Mapping[int, int]) -> None:
         with self._lock:
@@ -334,14 +444,18 @@ class Workload:
         self.producers = [ProducerWorker(i, history, config, self._stop_producers) for i in range(config.producers)]
         self.producers += [ProducerWorker(i, history, config, self._stop_producers, probe=True)
                            for i in range(config.probes)]  # fmt: skip
+        self.txn_producers = [TxnProducerWorker(i, history, config, self._stop_producers)
+                              for i in range(config.txn_producers)]  # fmt: skip
         self.readers = [ReaderWorker(f"reader-{j}", history, config, self._stop_consumers, self.progress)
                         for j in range(config.readers)]  # fmt: skip
+        self.readers += [ReaderWorker(f"rc-reader-{j}", history, config, self._stop_consumers, self.progress)
+                         for j in range(config.rc_readers)]  # fmt: skip
         self.group = [GroupWorker(f"group-{k}", history, config, self._stop_consumers, self.progress)
                       for k in range(config.group_members)]  # fmt: skip
 
     @property
     def workers(self) -> list[_Worker]:
-        return [*self.producers, *self.readers, *self.group]
+        return [*self.producers, *self.txn_producers, *self.readers, *self.group]
 
     def start(self) -> None:
         for worker in self.workers:
@@ -349,7 +463,7 @@ class Workload:
 
     def stop_producers(self, timeout_s: float) -> None:
         self._stop_producers.set()
-        for worker in self.producers:
+        for worker in [*self.producers, *self.txn_producers]:
             worker.join(timeout_s)
 
     def drain(self, targets: Mapping[int, int]) -> None:

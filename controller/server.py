@@ -39,16 +39,8 @@ from controller.long_poll import MAX_WAITING_FETCHES, OffsetWaiters
 from controller.metrics.stats import ControllerStats, count_elections
 from controller.quorum import ApplyEvent, MetadataQuorum, NotActiveError, QuorumTuning, RecordsApplied
 from controller.raft.state import NOT_CONTROLLER, REQUEST_TIMED_OUT, UNEXPECTED_BASE_OFFSET, NeedsSnapshot
-from controller.records import (
-    BrokerControlledShutdown,
-    FenceBroker,
-    LeaderChange,
-    NoOp,
-    RegisterBroker,
-    UnfenceBroker,
-    decode_record,
-    encode_record,
-)
+from controller.record_codec import decode_record, encode_record
+from controller.records import BrokerControlledShutdown, FenceBroker, LeaderChange, NoOp, RegisterBroker, UnfenceBroker
 from controller.security.node import NodeGuard
 from controller.security.rules import CONTROLLER_RULES
 from controller.security.settings import NodeSecurity

@@ -13,7 +13,7 @@ Wire format::
     record_count   u32
     record_count times:
         length     u32  the length of the record that follows
-        record     length bytes, as ``controller.records.encode_record`` writes it
+        record     length bytes, as ``controller.record_codec.encode_record`` writes it
 
 Anything else (bad magic, unknown format, CRC mismatch, truncation, trailing bytes, a record that does not
 decode or does not fit) raises :class:`MetadataDecodeError`.
@@ -27,6 +27,7 @@ from collections.abc import Iterator
 
 from controller.errors import MetadataDecodeError, MetadataError
 from controller.image import MetadataImage, image_from_records
+from controller.record_codec import decode_record, encode_record
 from controller.records import (
     AccessControlEntry,
     Config,
@@ -38,8 +39,6 @@ from controller.records import (
     RegisterBroker,
     Topic,
     UserScramCredential,
-    decode_record,
-    encode_record,
 )
 
 MAGIC = b"OdMS"

@@ -20,13 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from crc32c import crc32c
-
 from log.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from log.record.header import (
     ATTR_TIMESTAMP_TYPE,
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
     HEADER,
     HEADER_SIZE,
     BatchHeader,
@@ -34,6 +30,7 @@ from log.record.header import (
     parse_header,
     patch_base_offset,
     patch_partition_leader_epoch,
+    set_crc,
     validate_batch,
 )
 from log.record.validator import RecordPolicy, validate_producer_batch
@@ -206,8 +203,7 @@ def _restamp(head: bytearray, body: memoryview, attributes: int, max_timestamp: 
     fields[5] = attributes
     fields[8] = max_timestamp
     HEADER.pack_into(head, 0, *fields)
-    crc = crc32c(body, crc32c(bytes(head[ATTRIBUTES_OFFSET:])))
-    head[CRC_OFFSET : CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+    set_crc(head, body)
 
 
 def prepare_follower_append(buf: memoryview, log_end_offset: int) -> PreparedAppend:

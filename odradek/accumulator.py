@@ -35,36 +35,20 @@ once per record, the sender once per pass. Batches drained by the sender belong 
 
 from __future__ import annotations
 
-import struct
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple, Protocol
 
-from crc32c import crc32c
-
 from log.record import BatchBuilder
-from log.record.header import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE
+from log.record.header import HEADER_SIZE, NO_SEQUENCE, patch_producer_state
 from odradek.clock import Clock
 from odradek.errors import IllegalStateError, KafkaTimeoutError
 from odradek.record_future import BatchOutcome, RecordFuture
 from odradek.types import Header, TopicPartition
 
 RECORD_OVERHEAD_BYTES = 21  # Kafka's upper bound of a record's varints and attributes (5+1+10+5)
-BATCH_OVERHEAD_BYTES = 61  # the RecordBatch v2 header
-PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence (log.record.header layout)
-PRODUCER_FIELDS_OFFSET = 43
-NO_SEQUENCE = -1
-
-
-def stamp_producer(data: bytes, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
-    """``data`` (one built batch) with its producer fields set and its CRC-32C recomputed."""
-    head = bytearray(data[:HEADER_SIZE])
-    PRODUCER_FIELDS.pack_into(head, PRODUCER_FIELDS_OFFSET, producer_id, producer_epoch, base_sequence)
-    body = memoryview(data)[HEADER_SIZE:]
-    crc = crc32c(body, crc32c(bytes(head[ATTRIBUTES_OFFSET:])))
-    head[CRC_OFFSET : CRC_OFFSET + 4] = crc.to_bytes(4, "big")
-    return b"".join((head, body))
+BATCH_OVERHEAD_BYTES = HEADER_SIZE  # the RecordBatch v2 header
 
 
 class DrainGate(Protocol):
@@ -88,32 +72,52 @@ def record_size_upper_bound(key: bytes | None, value: bytes | None, headers: Seq
 
 
 class ProducerBatch:
-    """The records of one partition bound for one RecordBatch. Owned by the accumulator's lock until
-    drained, then by the sender thread. Its records' futures share its ``outcome``."""
+    """The records of one partition bound for one RecordBatch. Held by the accumulator (under its lock)
+    until drained, then by the sender thread. Its records' futures share its ``outcome``.
+
+    Each field has one writer (docs/CONVENTIONS.md §6); the others only read it:
+
+    ============================  ====================================================================
+    written by                    fields
+    ============================  ====================================================================
+    nobody (set at creation)      ``tp``, ``transactional``, ``outcome``, ``created_ms``, ``reserved_bytes``
+    this class's methods          ``builder`` and ``count`` (``append``, ``build``), ``data`` and ``stamped``
+                                  (``build``), ``done`` (``complete``, ``fail``)
+    ``RecordAccumulator``         ``closed`` (no more appends), ``sent_to``, ``retry_at_ms``, ``append_id``
+    ``IdempotenceState``          ``producer_id``, ``producer_epoch``, ``base_sequence`` (P1), ``drain_order``,
+                                  ``head_when_sent`` (``on_drain``, ``on_error``)
+    ``Sender``                    ``in_flight``, ``attempts``, ``last_error``
+    ============================  ====================================================================
+    """
 
     __slots__ = (
+        # set at creation
         "tp",
-        "builder",
-        "count",
+        "transactional",
         "outcome",
         "created_ms",
         "reserved_bytes",
-        "attempts",
-        "retry_at_ms",
-        "closed",
+        # this class's methods
+        "builder",
+        "count",
         "data",
+        "stamped",
         "done",
-        "last_error",
+        # RecordAccumulator
+        "closed",
+        "sent_to",
+        "retry_at_ms",
+        "append_id",
+        # IdempotenceState
         "producer_id",
         "producer_epoch",
         "base_sequence",
-        "stamped",
         "drain_order",
-        "in_flight",
         "head_when_sent",
-        "append_id",
-        "sent_to",
-        "transactional",
+        # Sender
+        "in_flight",
+        "attempts",
+        "last_error",
     )
 
     def __init__(
@@ -121,26 +125,30 @@ class ProducerBatch:
     ) -> None:
         self.tp = tp
         self.transactional = transactional  # a transactional producer's: built with the transactional attribute
-        self.builder: BatchBuilder | None = BatchBuilder(compression)
-        self.count = 0  # the record count once built (the builder counts until then)
         self.outcome = BatchOutcome(tp)
         self.created_ms = created_ms
         self.reserved_bytes = reserved_bytes
-        self.attempts = 0
-        self.retry_at_ms = 0.0
-        self.sent_to = -1  # the broker the last attempt went to (KIP-951: a new leader retries at once)
-        self.closed = False
+        # this class's methods
+        self.builder: BatchBuilder | None = BatchBuilder(compression)
+        self.count = 0  # the record count once built (the builder counts until then)
         self.data: bytes | None = None
+        self.stamped: tuple[int, int, int] | None = None  # the producer fields ``data`` carries
         self.done = False
-        self.last_error: BaseException | None = None  # why the last attempt failed (named when it expires)
-        self.producer_id = -1  # idempotence: set with base_sequence when the batch is first drained
+        # RecordAccumulator
+        self.closed = False
+        self.sent_to = -1  # the broker the last attempt went to (KIP-951: a new leader retries at once)
+        self.retry_at_ms = 0.0
+        self.append_id = -1  # the drain that first sent it with its sequence: a retry resends that group
+        # IdempotenceState
+        self.producer_id = -1  # set with base_sequence when the batch is first drained
         self.producer_epoch = -1
         self.base_sequence = NO_SEQUENCE
-        self.stamped: tuple[int, int, int] | None = None  # the producer fields ``data`` carries
-        self.drain_order = -1  # idempotence: rank of its first drain, kept across epochs (retry order)
-        self.in_flight = False  # drained and not answered yet
-        self.head_when_sent = False  # idempotence: no earlier batch of its partition was unanswered then
-        self.append_id = -1  # the drain that first sent it with its sequence: a retry resends that group
+        self.drain_order = -1  # rank of its first drain, kept across epochs (retry order)
+        self.head_when_sent = False  # no earlier batch of its partition was unanswered then
+        # Sender
+        self.in_flight = False  # sent and not answered yet
+        self.attempts = 0
+        self.last_error: BaseException | None = None  # why the last attempt failed (named when it expires)
 
     @property
     def record_count(self) -> int:
@@ -165,8 +173,7 @@ class ProducerBatch:
         id, epoch and sequence when it has a sequence (restamped, CRC and all, when they change)."""
         if self.data is None:
             builder = self.builder
-            assert builder is not None
-            self.closed = True
+            assert builder is not None  # the sender builds drained (closed) batches; no append follows a build
             fields = None
             if self.base_sequence != NO_SEQUENCE:  # built with its producer fields: one CRC pass, not two
                 fields = (self.producer_id, self.producer_epoch, self.base_sequence)
@@ -178,7 +185,7 @@ class ProducerBatch:
         if self.base_sequence != NO_SEQUENCE:
             fields = (self.producer_id, self.producer_epoch, self.base_sequence)
             if self.stamped != fields:
-                self.data = stamp_producer(self.data, *fields)
+                self.data = patch_producer_state(self.data, *fields)
                 self.stamped = fields
         return self.data
 
@@ -449,7 +456,6 @@ class RecordAccumulator:
                     group = batch.append_id
             queue.popleft()
             batch.closed = True
-            batch.in_flight = True
             batch.sent_to = node
             out.append(batch)
             taken += size

@@ -12,7 +12,9 @@ an out-of-range fetch).
 
 With a ``group.id`` the consumer can ``subscribe`` instead: the group's coordinator assigns it partitions
 (KIP-848, see :mod:`odradek.group`), the rebalance listener hears of every change inside ``poll``, and
-positions start from the group's committed offsets (else ``auto.offset.reset``). ``commit``,
+positions start from the group's committed offsets (else ``auto.offset.reset``). Partitions given to
+``assign`` by a consumer with a ``group.id`` start from the group's committed offsets too, as in Kafka.
+``commit``,
 ``commit_async`` and ``committed`` work for any consumer with a ``group.id`` (a consumer that only
 ``assign``s commits as a non-member, which the coordinator accepts while the group has no members).
 ``enable.auto.commit`` commits the positions every ``auto.commit.interval.ms`` from ``poll``, before
@@ -149,11 +151,19 @@ class Consumer:
         return set(self._subscription.topics) or {tp.topic for tp in self._states}
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Consume exactly these partitions (replacing the previous assignment; kept ones keep their position)."""
+        """Consume exactly these partitions (replacing the previous assignment; kept ones keep their position).
+
+        With a ``group.id``, a newly assigned partition starts at the group's committed offset, and at
+        ``auto.offset.reset`` only when the group has none (as Kafka's consumer); ``seek`` overrides both."""
         self._ensure_open()
         if self._subscription is not None:
             raise IllegalStateError("assign() and subscribe() exclude each other: unsubscribe() first")
+        before = set(self._states)
         self._set_assignment(partitions)
+        if self.config.group_id:
+            self._group_manager("assign()")
+            self._needs_committed |= {tp for tp, state in self._states.items()
+                                      if tp not in before and state.position is None}  # fmt: skip
 
     def _set_assignment(self, partitions: Iterable[TopicPartition]) -> None:
         wanted: list[TopicPartition] = []
@@ -190,16 +200,19 @@ class Consumer:
         if type(offset) is not int or offset < 0:
             raise ValueError(f"seek offset must be a non-negative int, got {offset!r}")
         self._state(partition).seek(offset)
+        self._needs_committed.discard(partition)
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Move to the log start offset of ``partitions`` (default: all assigned), looked up lazily."""
         for tp in self._targets(partitions):
             self._state(tp).request_reset("earliest")
+            self._needs_committed.discard(tp)
 
     def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Move to the end (the high watermark) of ``partitions`` (default: all assigned), looked up lazily."""
         for tp in self._targets(partitions):
             self._state(tp).request_reset("latest")
+            self._needs_committed.discard(tp)
 
     def position(self, partition: TopicPartition, timeout_ms: float | None = None) -> int:
         """The offset of the next record poll() returns, looking it up now if needed."""

@@ -41,7 +41,8 @@ import logging
 from collections import deque
 from enum import Enum
 
-from odradek.accumulator import NO_SEQUENCE, ProducerBatch
+from log.record.header import NO_SEQUENCE
+from odradek.accumulator import ProducerBatch
 from odradek.types import TopicPartition
 
 MAX_APPENDS = 5  # P2: the broker's window (log.producer_state.MAX_BATCHES_PER_PRODUCER runs)

@@ -1,5 +1,35 @@
 """The futures of produced records: one :class:`BatchOutcome` per batch, one light :class:`RecordFuture` per
 record that reads it (``odradek.accumulator`` makes and completes them; ``Producer.send`` returns them).
+
+The boundary with CPython's ``concurrent.futures``
+--------------------------------------------------
+
+``Producer.send`` returns a ``concurrent.futures.Future`` (docs/INTERFACE.md), so :class:`RecordFuture` is
+one (``isinstance`` holds), but creating and completing a standard future per record is a large part of a
+record's cost (a ``threading.Condition`` per record, a lock and a notify per record at completion). So a
+:class:`RecordFuture` does not run ``Future.__init__`` and keeps no state of its own: it reads its batch's
+:class:`BatchOutcome`. Every public method of ``Future`` (and ``__repr__``) is overridden here and works
+from the outcome alone; none of ``Future``'s own code ever runs on a record's future.
+
+What cannot be overridden is ``concurrent.futures.wait`` and ``as_completed``: they are module functions
+that use three private attributes of each future they are given, and a waiter protocol. This module
+provides exactly these, and nothing else of ``Future``'s internals:
+
+- ``_condition``: acquired and released around reading the state and installing or removing a waiter
+  (here: the batch's condition, a property);
+- ``_state``: compared with ``FINISHED`` (and ``CANCELLED_AND_NOTIFIED``) of ``concurrent.futures._base``
+  (here: a property read from the outcome);
+- ``_waiters``: a list a waiter is appended to and removed from under ``_condition`` (here: created on
+  first use; the future is then "watched" by its outcome);
+- the waiters: completing a future calls ``waiter.add_result(future)`` or ``waiter.add_exception(future)``
+  for each waiter, under ``_condition`` (:meth:`BatchOutcome.resolve`), as ``Future.set_result`` and
+  ``Future.set_exception`` do.
+
+``tests/clients/test_record_future_boundary.py`` pins this boundary: it reads the source of
+``concurrent.futures._base`` (``wait``, ``as_completed`` and their helpers, ``Future.set_result``,
+``Future.set_exception``) and fails, naming what changed, when the private attributes they use or the
+waiter calls differ from the list above, or when ``Future`` gains a public method this class does not
+override. On such a Python this module must be revisited before the producer is used.
 """
 
 from __future__ import annotations
@@ -8,6 +38,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
+from concurrent.futures._base import FINISHED, PENDING  # the states wait() and as_completed() compare
 from operator import attrgetter
 from typing import Any
 
@@ -53,7 +84,7 @@ class BatchOutcome:
             watched = self.watched
             self.watched = []
             for future in watched:
-                if future._lists:  # a waiter (concurrent.futures.wait, as_completed) or a second callback
+                if future._has_waiters:  # the waiter protocol of wait() and as_completed() (module docstring)
                     for waiter in future._waiters:
                         if error is None:
                             waiter.add_result(future)
@@ -65,21 +96,20 @@ class BatchOutcome:
             return
         try:
             watched.sort(key=_INDEX)  # registration order may differ from send order: callbacks go in send order
-            log = _futures_log
             for future in watched:
-                if future._lists:
-                    future._invoke_callbacks()
-                    continue
-                fn = future._callback
-                if fn is not None:
-                    try:
-                        fn(future)
-                    except Exception:
-                        log.exception("exception calling callback for %r", future)
+                future._invoke_callbacks()
         finally:
             with self.condition:
                 self.settled = True
                 self.condition.notify_all()
+
+    def wait_done(self, timeout_s: float | None) -> bool:
+        """Wait until the batch is done (not its callbacks); False when ``timeout_s`` passed first."""
+        with self.condition:
+            return self.condition.wait_for(self._is_done, timeout_s)
+
+    def _is_done(self) -> bool:
+        return self.done
 
 
 class RecordFuture(Future[RecordMetadata]):
@@ -88,37 +118,24 @@ class RecordFuture(Future[RecordMetadata]):
     timestamp. Not cancellable (a record handed to the producer cannot be taken back): ``cancel``
     returns False; only the producer completes it (``set_result`` and ``set_exception`` raise).
 
-    Creating and completing a future per record is a large part of a record's cost, so this class
-    replaces the per-future state of :class:`concurrent.futures.Future` (CPython 3.11+ attributes) with
-    views of the shared outcome: ``_condition`` is the outcome's condition, ``_state``, ``_exception`` and
-    ``_result`` are read from it (``_result`` builds the RecordMetadata when asked), so creating a future
-    sets three attributes and completing a batch touches none of its futures but the watched ones. The
-    first callback is kept in ``_callback``; the ``_waiters`` and ``_done_callbacks`` lists are created on
-    first use (``_lists`` says so): no list, and no instance ``__dict__``, for a future without them.
-    tests/clients/test_accumulator.py checks the public behavior (result, exception, callbacks,
-    ``concurrent.futures.wait`` and ``as_completed``) so a change in CPython shows up there.
+    Creating a future sets three attributes; completing a batch touches none of its futures but the
+    watched ones. The first callback is kept in ``_callback``; the ``_waiters`` list (for ``wait`` and
+    ``as_completed``) and the ``_more_callbacks`` list are created on first use. See the module docstring
+    for what of ``concurrent.futures.Future`` this class relies on (its boundary).
     """
 
     _callback: Callable[[Future[RecordMetadata]], object] | None = None  # the first callback, once added
-    _lists = False  # True once _waiters or _done_callbacks exists (the instance then is watched)
+    _more_callbacks: list[Callable[[Future[RecordMetadata]], object]] | None = None  # the later ones
+    _has_waiters = False  # True once _waiters exists
+    # Watched by its outcome (in ``BatchOutcome.watched``): once it has a callback or _waiters.
 
     def __init__(self, outcome: BatchOutcome, index: int, timestamp_ms: int) -> None:
+        # Future.__init__ is not called on purpose: no per-record condition (module docstring).
         self.batch_outcome = outcome
         self._index = index
         self._timestamp_ms = timestamp_ms
 
-    def __getattr__(self, name: str) -> Any:
-        if name in _LAZY_LISTS:  # first use of _waiters or _done_callbacks (under the condition)
-            if self._callback is None and not self._lists:
-                self.batch_outcome.watched.append(self)
-            created: list[Any] = []
-            setattr(self, name, created)
-            self._lists = True
-            return created
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    # The state of concurrent.futures.Future, read from the outcome. Only Future.set_result and its kin
-    # would write it: they raise (below), and so do these setters.
+    # ----------------------------------------------------- the state wait() and as_completed() read
 
     @property
     def _condition(self) -> threading.Condition:
@@ -126,29 +143,50 @@ class RecordFuture(Future[RecordMetadata]):
 
     @_condition.setter
     def _condition(self, value: threading.Condition) -> None:
-        raise _only_the_producer()
+        raise _only_the_producer()  # only Future's own code writes it, and none of it runs here
 
     @property
     def _state(self) -> str:
-        return _FINISHED if self.batch_outcome.done else _PENDING
+        return FINISHED if self.batch_outcome.done else PENDING
 
     @_state.setter
     def _state(self, value: str) -> None:
         raise _only_the_producer()
 
-    @property
-    def _exception(self) -> BaseException | None:
-        return self.batch_outcome.error
+    def __getattr__(self, name: str) -> Any:
+        if name == "_waiters":  # first use, by wait() or as_completed(), under the condition
+            if self._callback is None:
+                self.batch_outcome.watched.append(self)
+            waiters: list[Any] = []
+            self._waiters = waiters
+            self._has_waiters = True
+            return waiters
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    @_exception.setter
-    def _exception(self, value: BaseException | None) -> None:
-        raise _only_the_producer()
+    # ------------------------------------------------------------------------- Future's public API
 
-    @property
-    def _result(self) -> RecordMetadata | None:
+    def done(self) -> bool:
+        return self.batch_outcome.done
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        return False
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """As ``Future.result``: the record's RecordMetadata, or its batch's error raised; TimeoutError when
+        ``timeout`` seconds pass first."""
+        error = self.exception(timeout)
+        if error is not None:
+            try:
+                raise error
+            finally:
+                del error  # as Future: no reference cycle through the traceback
         outcome = self.batch_outcome
-        if not outcome.done or outcome.error is not None:
-            return None
         topic, partition = outcome.tp
         base = outcome.base_offset
         stamp = outcome.log_append_time_ms
@@ -156,9 +194,13 @@ class RecordFuture(Future[RecordMetadata]):
             topic, partition, base + self._index if base >= 0 else -1, stamp if stamp >= 0 else self._timestamp_ms
         )
 
-    @_result.setter
-    def _result(self, value: RecordMetadata | None) -> None:
-        raise _only_the_producer()
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """As ``Future.exception``: the batch's error, or None once done; TimeoutError when ``timeout`` seconds
+        pass first."""
+        outcome = self.batch_outcome
+        if not outcome.done and not outcome.wait_done(timeout):
+            raise TimeoutError()
+        return outcome.error
 
     def add_done_callback(self, fn: Callable[[Future[RecordMetadata]], object]) -> None:
         """As ``Future.add_done_callback`` (run at once if done), with the condition's C-level lock calls.
@@ -168,36 +210,28 @@ class RecordFuture(Future[RecordMetadata]):
         condition.acquire()
         try:
             if not outcome.done:
-                if self._callback is None and not self._lists:
+                if self._callback is None:
+                    if not self._has_waiters:
+                        outcome.watched.append(self)
                     self._callback = fn
-                    outcome.watched.append(self)
+                elif self._more_callbacks is None:
+                    self._more_callbacks = [fn]
                 else:
-                    self._done_callbacks.append(fn)
+                    self._more_callbacks.append(fn)
                 return
         finally:
             condition.release()
-        try:
-            fn(self)
-        except Exception:
-            _futures_log.exception("exception calling callback for %r", self)
+        _call(fn, self)
 
     def _invoke_callbacks(self) -> None:
-        """Run the callbacks in the order they were added (the first one, then the list)."""
+        """Run the callbacks in the order they were added (the first one, then the others)."""
         fn = self._callback
         if fn is not None:
-            try:
-                fn(self)
-            except Exception:
-                _futures_log.exception("exception calling callback for %r", self)
-        if self._lists:
-            for fn in self._done_callbacks:
-                try:
-                    fn(self)
-                except Exception:
-                    _futures_log.exception("exception calling callback for %r", self)
-
-    def cancel(self) -> bool:
-        return False
+            _call(fn, self)
+            more = self._more_callbacks
+            if more is not None:
+                for fn in more:
+                    _call(fn, self)
 
     def set_running_or_notify_cancel(self) -> bool:
         raise _only_the_producer()
@@ -208,13 +242,28 @@ class RecordFuture(Future[RecordMetadata]):
     def set_exception(self, exception: BaseException | None) -> None:
         raise _only_the_producer()
 
+    def __repr__(self) -> str:
+        """As ``Future.__repr__``."""
+        outcome = self.batch_outcome
+        with outcome.condition:
+            if not outcome.done:
+                return f"<{type(self).__name__} at {id(self):#x} state=pending>"
+            if outcome.error:
+                return f"<{type(self).__name__} at {id(self):#x} state=finished raised {type(outcome.error).__name__}>"
+            return f"<{type(self).__name__} at {id(self):#x} state=finished returned RecordMetadata>"
+
+
+def _call(fn: Callable[[Future[RecordMetadata]], object], future: RecordFuture) -> None:
+    """Run a done-callback; an exception is logged, as ``concurrent.futures`` does."""
+    try:
+        fn(future)
+    except Exception:
+        _futures_log.exception("exception calling callback for %r", future)
+
 
 def _only_the_producer() -> InvalidStateError:
     return InvalidStateError("a record's future is completed by the producer only")
 
 
 _futures_log = logging.getLogger("concurrent.futures")
-_LAZY_LISTS = frozenset(("_waiters", "_done_callbacks"))
 _INDEX = attrgetter("_index")
-_PENDING = "PENDING"
-_FINISHED = "FINISHED"

@@ -281,6 +281,7 @@ class Sender:
         by_topic: dict[str, list[broker_pb2.ProducePartitionData]] = {}
         failed: set[TopicPartition] = set()
         for batch in batches:
+            batch.in_flight = True
             try:
                 batch.build()
             except Exception as exc:  # a record the builder rejects fails its batch, not the others

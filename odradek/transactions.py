@@ -17,6 +17,10 @@ States and what moves them (one lock; the application's thread calls, the sender
   ``send`` queues the record and registers the partition; an adder thread sends one AddPartitionsToTxn for
   every partition registered meanwhile (as Kafka's sender does), and the accumulator drains a partition's
   batches only once it is added (:class:`TransactionalGate`). ``send`` outside a transaction raises.
+  The coordinator answers EndTxn once PrepareCommit/PrepareAbort is written and writes the markers after, so
+  the next transaction's first AddPartitionsToTxn usually meets CONCURRENT_TRANSACTIONS until the previous one
+  is complete: as Kafka's producer, it retries that one every ``ADD_PARTITIONS_RETRY_BACKOFF_MS`` (20 ms)
+  rather than after ``retry.backoff.ms`` (100 ms, doubling), which would hold the new transaction's records.
 * C3. ``send_offsets_to_transaction`` adds the group's offsets partition (AddOffsetsToTxn), then commits the
   offsets to the group's coordinator as part of the transaction (TxnOffsetCommit).
 * C4. ``commit_transaction`` first flushes: every record is written or has failed. If one failed, the commit
@@ -57,6 +61,7 @@ from proto import broker_pb2
 
 FATAL_CODES = frozenset({"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_PRODUCER_ID_MAPPING",
                          "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"})  # fmt: skip
+ADD_PARTITIONS_RETRY_BACKOFF_MS = 20.0  # Kafka's TransactionManager.ADD_PARTITIONS_RETRY_BACKOFF_MS
 RETRY_CODES = frozenset({"CONCURRENT_TRANSACTIONS", "COORDINATOR_LOAD_IN_PROGRESS", "REQUEST_TIMED_OUT",
                          "NOT_ENOUGH_REPLICAS", "UNKNOWN_TOPIC_OR_PARTITION"})  # fmt: skip
 
@@ -174,7 +179,10 @@ class TransactionManager:
             for topic, numbers in by_topic.items():
                 request.topics.add(topic=topic, partitions=numbers)
             try:
-                self._call("AddPartitionsToTxn", request, _add_partitions_error)
+                # the first partitions of a transaction: the previous one may still be completing (C2)
+                first = not self._started
+                self._call("AddPartitionsToTxn", request, _add_partitions_error,
+                           concurrent_backoff_ms=ADD_PARTITIONS_RETRY_BACKOFF_MS if first else None)  # fmt: skip
                 added = True
             except Exception:  # _call made the transaction ABORTABLE or the producer FATAL
                 added = False
@@ -314,9 +322,11 @@ class TransactionManager:
         request: Any,
         error_code: Callable[[Any], str] = lambda r: str(r.error.code),
         timeout_ms: float | None = None,
+        concurrent_backoff_ms: float | None = None,
     ) -> Any:
         """Call the transaction coordinator until it answers something else than a retriable error, within
-        ``max.block.ms``; a fatal answer makes the producer FATAL, another error is raised as is."""
+        ``max.block.ms``; a fatal answer makes the producer FATAL, another error is raised as is. Retries wait
+        ``retry.backoff.ms`` (doubling), or ``concurrent_backoff_ms`` after CONCURRENT_TRANSACTIONS when given."""
         budget = self._max_block_ms if timeout_ms is None else timeout_ms
         deadline = self._clock.monotonic_ms() + budget
         attempt = 0
@@ -330,7 +340,10 @@ class TransactionManager:
             if not code:
                 return response
             if code in RETRY_CODES and code not in REDISCOVER_CODES:
-                time.sleep(min(self._client.backoff.backoff_ms(attempt), max(0.0, remaining)) / 1000)
+                backoff_ms = self._client.backoff.backoff_ms(attempt)
+                if concurrent_backoff_ms is not None and code == "CONCURRENT_TRANSACTIONS":
+                    backoff_ms = min(backoff_ms, concurrent_backoff_ms)
+                time.sleep(min(backoff_ms, max(0.0, remaining)) / 1000)
                 attempt += 1
                 continue
             error = error_from_code(code, f"{method} for transactional id {self.transactional_id!r}: "

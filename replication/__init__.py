@@ -11,19 +11,16 @@ drive partitions.
 ``replication`` imports ``log`` and nothing else of the project; ``broker`` drives it.
 """
 
-from replication.partition import (
+from replication.errors import (
     FencedLeaderEpochError,
-    FetchPosition,
-    HighWatermark,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
-    Partition,
     PartitionError,
-    PartitionRead,
-    ReplicaProgress,
-    Role,
     UnknownLeaderEpochError,
 )
+from replication.high_watermark import HighWatermark, ReplicaProgress
+from replication.partition import Partition
+from replication.views import FetchPosition, PartitionRead, Role
 
 __all__ = [
     "FencedLeaderEpochError",

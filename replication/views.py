@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from log.log import FetchData
+from log.log_reads import FetchData
 from log.txn_index import AbortedTxn
 from replication.epoch_cache import EpochEndOffset
 

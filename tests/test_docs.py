@@ -141,14 +141,19 @@ def _names_of_body(body: list[ast.stmt]) -> dict[str, ast.AST]:
     return names
 
 
-def _class_members(cls: ast.ClassDef) -> set[str]:
-    """A class's attributes: its body's names and every ``self.x = ...`` in its methods."""
+def _class_members(cls: ast.ClassDef, seen: frozenset[str] = frozenset()) -> set[str]:
+    """A class's attributes: its body's names, every ``self.x = ...`` in its methods, and what it inherits from
+    the project's classes it names as bases (``Partition.read``, defined in its base ``PartitionReads``)."""
     members = set(_names_of_body(cls.body))
     for node in ast.walk(cls):
         if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Store):
             continue
         if isinstance(node.value, ast.Name) and node.value.id == "self":
             members.add(node.attr)
+    for base in cls.bases:
+        if isinstance(base, ast.Name) and base.id not in seen:
+            for parent in _project_classes().get(base.id, ()):
+                members |= _class_members(parent, seen | {cls.name, base.id})
     return members
 
 
@@ -260,7 +265,7 @@ def test_the_resolver_tells_references_from_other_words(tmp_path: Path) -> None:
             "Purgatory.try_complete_else_watch", "odradek.cli:main", "MetadataDelta.replay(record)",
             "python -m log.bench", "linger.ms", "log.retention.ms", "odradek.Producer",
             "odradek-data/cluster.json", "cluster.json", "odradek:latest", "test_log.py",
-            "deploy/build/context/"]  # fmt: skip
+            "deploy/build/context/", "Partition.read", "replication.partition.Partition.read"]  # fmt: skip
     bad = ["broker/purgatory_nope.py", "log/records/", "broker.purgatory.Purgatory.no_such_method",
            "Purgatory.no_such_method", "odradek.cli:nope", "replication.no_module.thing",
            "python -m log.no_bench", "nothing_here.py", "docs/NOTHING.md"]  # fmt: skip

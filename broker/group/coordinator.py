@@ -49,7 +49,8 @@ from broker.replica_manager import ReplicaManager
 from log.clock import Clock
 from log.record.builder import build_batch
 from log.record.reader import CONTROL_TYPE_COMMIT, iter_batches_with_records
-from replication.partition import Partition, Role, Verifier
+from replication.partition import Partition, Verifier
+from replication.views import Role
 
 logger = logging.getLogger(__name__)
 

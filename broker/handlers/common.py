@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from broker.context import BrokerContext
 from broker.errors import KAFKA_STORAGE_ERROR, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, BrokerError
-from replication.partition import Partition, Role
+from replication.partition import Partition
+from replication.views import Role
 
 
 def local_partition(ctx: BrokerContext, topic: str, number: int) -> Partition:

@@ -44,7 +44,7 @@ from broker.handlers.common import local_partition
 from log import trace
 from log.errors import OffsetOutOfRangeError
 from proto import broker_pb2 as pb
-from replication.partition import FetchPosition
+from replication.views import FetchPosition
 
 WAIT_SLACK_S = 5.0
 READ_COMMITTED = 1  # isolation_level

@@ -212,6 +212,8 @@ class Connection:
             answer = security.filter_topics(answer, check, [t.name for t in body.topics or () if t.name])
         elif check is not None and api_key == 16:
             answer = security.filter_groups(answer, check)
+        elif check is not None and api_key == 66:
+            answer = security.filter_transactions(answer, check)
         flexible = api_key != API_VERSIONS_KEY and bool(codec.request_class(api_key, version).__flexible__)
         self._send(correlation_id, flexible, answer)
 

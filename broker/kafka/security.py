@@ -276,7 +276,7 @@ KAFKA_RULES: dict[int, Callable[[Any, Check], Denial | None]] = {
     26: _txn,
     28: _txn_offset_commit,
     65: lambda body, check: check.need(Op.DESCRIBE, Rt.TRANSACTIONAL_ID, list(body.transactional_ids)),
-    66: lambda body, check: check.cluster(Op.DESCRIBE),
+    66: _none,  # ListTransactions: filtered by DESCRIBE on each transactional id (filter_transactions)
 }
 
 
@@ -376,6 +376,14 @@ def filter_groups(response: Any, check: Check) -> Any:
     return dataclasses.replace(
         response, groups=tuple(g for g in response.groups if check.allowed(Op.DESCRIBE, Rt.GROUP, g.group_id))
     )
+
+
+def filter_transactions(response: Any, check: Check) -> Any:
+    """ListTransactions: the transactional ids ``check`` may DESCRIBE, as Kafka's broker and the gRPC listener
+    (``controller.security.rules.filter_transactions``) answer; no cluster permission is needed."""
+    return dataclasses.replace(response, transaction_states=tuple(
+        t for t in response.transaction_states
+        if check.allowed(Op.DESCRIBE, Rt.TRANSACTIONAL_ID, t.transactional_id)))  # fmt: skip
 
 
 def _code(name: str) -> Any:

@@ -51,7 +51,8 @@ from broker.txn.state import PREPARED, Decision, TopicPartition, TransactionStat
 from log.clock import Clock
 from log.record.builder import build_batch
 from log.record.reader import iter_batches_with_records
-from replication.partition import Partition, Role
+from replication.partition import Partition
+from replication.views import Role
 
 logger = logging.getLogger(__name__)
 

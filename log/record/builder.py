@@ -29,25 +29,20 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from crc32c import crc32c
-
 from log.record import compression as codecs
 from log.record.header import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
+    set_crc,
 )
 from log.record.varint import INT32_MAX, TABLE_SIZE, UNSIGNED_VARINT, encode_varint, encode_varlong
 
 Header = tuple[str, bytes | None]
-
-CRC = struct.Struct(">I")  # the crc field, at CRC_OFFSET
 
 _BELOW_ANY_TIMESTAMP = -(2**63) - 1  # the first record's timestamp always exceeds it
 _NULL = b"\x01"  # varint -1: a null key, value or header value
@@ -357,8 +352,7 @@ def assemble_batch(
         )
     except struct.error as exc:
         raise ValueError(f"a record batch header field is out of range: {exc}") from None
-    crc = crc32c(records, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
-    CRC.pack_into(header, CRC_OFFSET, crc)
+    set_crc(header, records)
     return b"".join((header, records))
 
 

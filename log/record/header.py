@@ -62,6 +62,10 @@ MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21  # CRC covers [ATTRIBUTES_OFFSET, end)
 MAGIC = 2
+CRC = struct.Struct(">I")  # the crc field, at CRC_OFFSET
+PRODUCER_STATE = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+PRODUCER_STATE_OFFSET = 43
+assert PRODUCER_STATE_OFFSET + PRODUCER_STATE.size + 4 == HEADER_SIZE  # then recordsCount, the header's last field
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08  # 0 = CreateTime, 1 = LogAppendTime
@@ -207,6 +211,24 @@ def patch_base_offset(batch: bytearray | memoryview, pos: int, base_offset: int)
 def patch_partition_leader_epoch(batch: bytearray | memoryview, pos: int, epoch: int) -> None:
     """Overwrite ``partitionLeaderEpoch`` of the batch at ``pos`` (outside the CRC)."""
     PARTITION_LEADER_EPOCH.pack_into(batch, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def set_crc(head: bytearray, body: bytes | bytearray | memoryview) -> None:
+    """Write into ``head`` (one batch's first HEADER_SIZE bytes) the CRC-32C of its covered header bytes and
+    ``body`` (the records that follow the header)."""
+    with memoryview(head) as view:
+        crc = crc32c(body, crc32c(view[ATTRIBUTES_OFFSET:HEADER_SIZE]))
+    CRC.pack_into(head, CRC_OFFSET, crc)
+
+
+def patch_producer_state(batch: bytes, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    """A copy of ``batch`` (one whole batch) with its producer id, epoch and base sequence set and its CRC
+    recomputed (these fields lie inside the CRC)."""
+    head = bytearray(batch[:HEADER_SIZE])
+    PRODUCER_STATE.pack_into(head, PRODUCER_STATE_OFFSET, producer_id, producer_epoch, base_sequence)
+    body = memoryview(batch)[HEADER_SIZE:]
+    set_crc(head, body)
+    return b"".join((head, body))
 
 
 def iter_batches(

@@ -107,9 +107,7 @@ class Completions:
         sent_at = self.sent_at.pop(future)
         records = self.short_runs.pop(future, self.run_records) if self.short_runs else self.run_records
         recorder = self.recorder
-        # A done-callback only runs on a finished future, whose outcome is in CPython's Future._exception
-        # (None on success). Reading it skips exception()'s lock.
-        error = future._exception
+        error = future.exception(0)  # done: a RecordFuture answers without its lock
         if error is None:
             recorder.record((now - sent_at) * 1000.0, self.record_size * records, now, records)
         else:

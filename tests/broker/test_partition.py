@@ -16,15 +16,15 @@ from log.config import LogConfig
 from log.errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from log.log import Log
 from log.record import build_batch, iter_batches
-from replication.partition import (
+from replication.errors import (
     FencedLeaderEpochError,
-    HighWatermark,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
-    Partition,
-    Role,
     UnknownLeaderEpochError,
 )
+from replication.high_watermark import HighWatermark
+from replication.partition import Partition
+from replication.views import Role
 
 START_MS = 1_700_000_000_000
 

@@ -24,6 +24,7 @@ from broker.log_manager import (
 from broker.maintenance import LogMaintenance
 from broker.metadata_loader import MetadataLoader, config_changes, image_changes
 from controller.image import MetadataDelta, MetadataImage
+from controller.record_codec import encode_record
 from controller.records import (
     Config,
     ConfigResourceType,
@@ -34,12 +35,11 @@ from controller.records import (
     RegisterBroker,
     RemoveTopic,
     Topic,
-    encode_record,
 )
 from log.clock import ManualClock
 from log.errors import StorageError
 from proto import controller_pb2
-from replication.partition import Role
+from replication.views import Role
 from tests.broker.conftest import BrokerHarness, batch
 from tests.broker.test_fetch_handler import append, fetch_request, part
 from tests.broker.test_produce_handler import answer, produce_request

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaos.history import OK, Op
+from chaos.history import FAILED, OK, UNKNOWN, Op
 
 TOPIC = "t"
 
@@ -63,4 +63,32 @@ def clean(*, group: bool = False, readers: int = 2) -> Builder:
         h.reset("group-0", 0.5)
         h.poll("group-0", [(0, 0, "a0"), (0, 1, "a1"), (0, 2, "a2")], 6.5)
         h.poll("group-0", [(1, 0, "b0"), (1, 1, "b1")], 7.5)
+    return h
+
+
+def txn(h: Builder, number: int, outcome: str, t0: float, t1: float, process: str = "txn-0") -> Op:
+    """Transaction ``number`` of ``process``: values ``t0-<number>-0`` to partition 0, ``t0-<number>-1`` to 1."""
+    values = [[0, f"t0-{number}-0"], [1, f"t0-{number}-1"]]
+    intent = "abort" if outcome == FAILED else "commit"
+    return h.add("txn", process, t0, t1, outcome=outcome, info={"txn": number, "intent": intent, "values": values})
+
+
+# The transactional log: per partition, transaction n's value at offset 2n and its marker at 2n + 1.
+# Transaction 0 committed, 1 aborted, 2 of unknown outcome that committed, 3 of unknown outcome that aborted.
+TXN_OUTCOMES = [OK, FAILED, UNKNOWN, UNKNOWN]
+COMMITTED_IN_LOG = {0, 2}
+
+
+def txn_clean(rc_readers: int = 2) -> Builder:
+    """The four transactions; ``reader-0`` (read_uncommitted) reads every data record, each ``rc-reader-<j>``
+    the committed ones."""
+    h = Builder()
+    for number, outcome in enumerate(TXN_OUTCOMES):
+        txn(h, number, outcome, number + 0.1, number + 0.9)
+    everything = [(p, 2 * n, f"t0-{n}-{p}") for n in range(len(TXN_OUTCOMES)) for p in (0, 1)]
+    h.reset("reader-0", 0.05)
+    h.poll("reader-0", everything, 6.0)
+    for j in range(rc_readers):
+        h.reset(f"rc-reader-{j}", 0.05)
+        h.poll(f"rc-reader-{j}", [r for r in everything if r[1] // 2 in COMMITTED_IN_LOG], 6.0 + j)
     return h

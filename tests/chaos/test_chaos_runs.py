@@ -67,11 +67,13 @@ def _our_rules() -> list[str]:
 
 def chaos_run(
     backend: Backend, tmp_path: Path, kind: str, seed: int, group_members: int = 0, *, duration_s: float = DURATION_S,
+    txn_producers: int = 0, rc_readers: int = 0,
 ) -> RunResult:  # fmt: skip
     kinds = tuple(kind.split(","))
     config = RunConfig(duration_s=duration_s, seed=seed, faults=kinds, out_dir=tmp_path / kinds[0],
                        topic=f"chaos-{kinds[0]}-{seed}", partitions=4, rate=100.0, timing=TIMING,
-                       group_members=group_members, drain_timeout_s=60.0)  # fmt: skip
+                       group_members=group_members, drain_timeout_s=60.0, txn_producers=txn_producers,
+                       rc_readers=rc_readers)  # fmt: skip
     lines: list[str] = []
     result = run(config, backend, out=lines.append)
     assert result.passed, "\n".join(lines) + "\n" + result.report
@@ -226,3 +228,17 @@ def test_group_consumers_under_kill_leader(backend: LocalBackend, tmp_path: Path
     result = chaos_run(backend, tmp_path, "kill-leader", 8, group_members=2)
     assert not any("group consumers off" in note for note in result.summary["notes"]), result.summary["notes"]
     assert result.summary["meta"]["group"] == "chaos"
+
+
+def test_transactions_under_kills_and_pause(backend: LocalBackend, tmp_path: Path) -> None:
+    """Two transactional producers committing and aborting (every fourth transaction) and two read_committed
+    readers while the transaction coordinator is killed, a partition leader is killed and one is paused: the
+    transaction checkers (aborted-read, lost-committed-write, duplicate-committed-write, partial-transaction)
+    and the log checkers find nothing."""
+    kinds = "kill-txn-coordinator,kill-leader,pause"
+    result = chaos_run(backend, tmp_path, kinds, 9, txn_producers=2, rc_readers=2,
+                       duration_s=3 * (TIMING.quiet_s[1] + TIMING.hold_s[1]))  # fmt: skip
+    txns = result.summary["operations"]["transactions"]
+    assert txns.get("ok", 0) > 0, result.report
+    assert txns.get("failed", 0) > 0, result.report  # the aborted ones: what aborted-read looks for
+    assert result.summary["meta"]["rc_readers"] == 2

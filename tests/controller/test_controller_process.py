@@ -23,15 +23,8 @@ import pytest
 from controller.client import ControllerClient, ControllerUnavailableError
 from controller.image import MetadataDelta, MetadataImage
 from controller.launcher import LocalQuorum, addresses_of, wait_until
-from controller.records import (
-    ConfigResourceType,
-    FenceBroker,
-    LeaderChange,
-    MetadataRecord,
-    Topic,
-    decode_record,
-    encode_record,
-)
+from controller.record_codec import decode_record, encode_record
+from controller.records import ConfigResourceType, FenceBroker, LeaderChange, MetadataRecord, Topic
 from controller.snapshot import decode_snapshot
 from proto import controller_pb2 as pb
 

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.errors import InvalidMetadataRecordError, MetadataDecodeError, MetadataError
+from controller.record_codec import RECORD_TYPES, decode_record, encode_record
 from controller.records import (
-    RECORD_TYPES,
     BrokerControlledShutdown,
     Config,
     ConfigResourceType,
@@ -30,8 +30,6 @@ from controller.records import (
     Topic,
     UnfenceBroker,
     UnregisterBroker,
-    decode_record,
-    encode_record,
 )
 from proto import metadata_pb2 as pb
 from tests.controller.strategies import RECORD_STRATEGIES, any_record

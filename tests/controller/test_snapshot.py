@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from controller.errors import MetadataDecodeError
 from controller.image import MetadataImage
-from controller.records import NoOp, PartitionChange, Topic, encode_record
+from controller.record_codec import encode_record
+from controller.records import NoOp, PartitionChange, Topic
 from controller.snapshot import decode_snapshot, encode_snapshot, snapshot_records
 from tests.controller.strategies import SETTINGS, RecordsAndModel, record_sequences, replay_all, tid
 

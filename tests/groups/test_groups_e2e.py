@@ -337,3 +337,28 @@ def test_the_command_line_consumes_in_a_group_and_describes_it(cluster: Cluster,
     assert [line.split() for line in reset.stdout.splitlines()][1] == ["cli-g", "cli", "0", "3"]
     listed = odradek("groups", "list")
     assert "cli-g" in listed.stdout.split()
+
+
+def test_assign_with_a_group_id_starts_at_the_committed_offsets(cluster: Cluster) -> None:
+    """As Kafka's consumer: ``assign`` with a ``group.id`` starts each partition at the group's committed
+    offset; a partition the group never committed starts at ``auto.offset.reset``; ``seek`` overrides both."""
+    cluster.create_topic("assigned", partitions=2, replication_factor=1)
+    produce(cluster, "assigned", 10, 2)  # 5 records per partition
+    p0, p1 = TopicPartition("assigned", 0), TopicPartition("assigned", 1)
+    with consumer(cluster, "assigners") as first:
+        first.assign([p0])
+        first.commit({p0: 3})
+    with consumer(cluster, "assigners", **{"auto.offset.reset": "latest"}) as second:
+        second.assign([p0, p1])
+        records = poll_all([second], lambda: second.position(p0) >= 5, "p0 read from its committed offset")
+        assert [(r.partition, r.offset) for r in records] == [(0, 3), (0, 4)]
+        assert second.position(p1) == 5  # never committed: auto.offset.reset latest
+    with consumer(cluster, "assigners") as third:
+        third.assign([p0])
+        third.seek(p0, 1)
+        assert third.position(p0) == 1
+        records = poll_all([third], lambda: third.position(p0) >= 5, "p0 read from the seek")
+        assert [r.offset for r in records] == [1, 2, 3, 4]
+    with consumer(cluster, "other-group") as elsewhere:  # no committed offsets at all: auto.offset.reset
+        elsewhere.assign([p0])
+        assert elsewhere.position(p0) == 0

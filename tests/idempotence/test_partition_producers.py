@@ -21,7 +21,8 @@ from log.log import Log
 from log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
 from log.producer_state_file import list_snapshots
 from log.record import build_batch
-from replication.partition import NotLeaderOrFollowerError, Partition
+from replication.errors import NotLeaderOrFollowerError
+from replication.partition import Partition
 
 START_MS = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=1024)

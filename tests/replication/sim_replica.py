@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from log.clock import ManualClock
 from replication.epoch_cache import EpochEndOffset, LeaderEpochCache
+from replication.high_watermark import HighWatermark
 from replication.isr import IsrState, may_join, out_of_sync
-from replication.partition import HighWatermark
 from replication.truncation import decide, leader_answer
 from tests.replication.sim import (
     CONTROLLER,

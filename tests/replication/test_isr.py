@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from replication.high_watermark import HighWatermark, ReplicaProgress
 from replication.isr import AlterPartitionRequest, IsrState, may_join, out_of_sync
-from replication.partition import HighWatermark, ReplicaProgress
 
 LAG_MS = 10_000.0
 

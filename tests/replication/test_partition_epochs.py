@@ -14,7 +14,9 @@ from log.errors import CorruptRecordError
 from log.log import Log
 from log.record import build_batch
 from replication.epoch_cache import CHECKPOINT_NAME, EpochEndOffset
-from replication.partition import FencedLeaderEpochError, HighWatermark, NotLeaderOrFollowerError, Partition
+from replication.errors import FencedLeaderEpochError, NotLeaderOrFollowerError
+from replication.high_watermark import HighWatermark
+from replication.partition import Partition
 from tests.broker.test_partition import Reg
 
 START_MS = 1_700_000_000_000

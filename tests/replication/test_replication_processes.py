@@ -127,7 +127,8 @@ def test_controlled_shutdown_moves_leadership_and_the_preferred_leader_comes_bac
         for value in acked[:5]:
             assert produce_all(cluster, "p", value) == ""
         other = (preferred + 1) % 3
-        assert cluster.stop_broker(preferred) == 0  # SIGTERM: controlled shutdown first
+        code = cluster.stop_broker(preferred)  # SIGTERM: controlled shutdown first
+        assert code == 0, f"broker {preferred} exited {code}:\n{cluster.brokers[preferred].errors(6000)}"
         assert cluster.leader("p", via=other) not in (preferred, -1)
         for value in acked[5:]:
             assert produce_all(cluster, "p", value) == "", f"acks=all of {value!r} after the controlled shutdown"

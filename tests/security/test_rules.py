@@ -169,7 +169,6 @@ def test_kafka_listener_transaction_apis_need_the_same_acls_as_grpc() -> None:
         28: (NS(transactional_id="x", group_id="g", topics=[NS(name="t")]),
              [(Op.WRITE, Rt.TRANSACTIONAL_ID, "x"), (Op.READ, Rt.GROUP, "g"), (Op.READ, Rt.TOPIC, "t")]),
         65: (NS(transactional_ids=["x"]), [(Op.DESCRIBE, Rt.TRANSACTIONAL_ID, "x")]),
-        66: (NS(), [(Op.DESCRIBE, *CLUSTER)]),
     }  # fmt: skip
     for key, (body, needs) in cases.items():
         granted = [allow(*n) for n in needs]
@@ -177,3 +176,21 @@ def test_kafka_listener_transaction_apis_need_the_same_acls_as_grpc() -> None:
         assert KAFKA_RULES[key](body, check(*granted)) is None, key
         for missing in granted:
             assert KAFKA_RULES[key](body, check(*(g for g in granted if g != missing))) is not None, (key, missing)
+
+
+def test_kafka_listener_list_transactions_is_filtered_by_describe_on_each_id() -> None:
+    """ListTransactions (66) on the Kafka listener needs no permission of its own (not DESCRIBE on the cluster):
+    the answer keeps the transactional ids the caller may DESCRIBE, as Kafka's broker and the gRPC rule R5."""
+    from types import SimpleNamespace as NS
+
+    from broker.kafka.codec import build, response_class
+    from broker.kafka.security import KAFKA_RULES, filter_transactions
+
+    assert KAFKA_RULES[66](NS(state_filters=(), producer_id_filters=()), check()) is None
+    listed = build(response_class(66, 0), throttle_time=0, error_code=0, unknown_state_filters=[],
+                   transaction_states=[dict(transactional_id=t, producer_id=i, transaction_state="Ongoing")
+                                       for i, t in enumerate(["mine", "theirs", "also-mine"])])  # fmt: skip
+    may = check(allow(Op.DESCRIBE, Rt.TRANSACTIONAL_ID, "mine"), allow(Op.DESCRIBE, Rt.TRANSACTIONAL_ID, "also-mine"))
+    assert [t.transactional_id for t in filter_transactions(listed, may).transaction_states] == ["mine", "also-mine"]
+    assert filter_transactions(listed, check(allow(Op.DESCRIBE, *CLUSTER))).transaction_states == ()
+    assert filter_transactions(listed, check()).transaction_states == ()

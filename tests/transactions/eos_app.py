@@ -40,7 +40,8 @@ def main() -> int:
     try:
         consumer.assign(tps)
         producer.init_transactions()  # a previous instance's open transaction is aborted: its offsets too
-        _rewind(consumer, tps)  # from the group's committed offsets (assign() alone starts at auto.offset.reset)
+        # assign() with a group.id starts at the group's committed offsets (read at the first poll, after the
+        # previous instance's transaction was aborted above)
         print("ready", flush=True)
         while time.monotonic() < deadline:
             if _consumed(consumer, tps) >= args.expect:

@@ -26,7 +26,7 @@ from log.record.header import iter_batches, patch_base_offset
 from log.record.reader import iter_records
 from proto import broker_pb2 as pb
 from replication.errors import NotLeaderOrFollowerError
-from replication.partition import Role
+from replication.views import Role
 from tests.broker.group.helpers import CONFIG
 
 

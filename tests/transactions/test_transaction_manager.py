@@ -1,0 +1,88 @@
+"""The transactional producer's coordinator calls at unit level (a fake coordinator; no broker): how
+AddPartitionsToTxn retries CONCURRENT_TRANSACTIONS (docs/TRANSACTIONS.md C2)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import odradek.transactions as transactions
+from odradek.backoff import ExponentialBackoff
+from odradek.clock import SystemClock
+from odradek.idempotence import IdempotenceState
+from odradek.transactions import ADD_PARTITIONS_RETRY_BACKOFF_MS, TransactionManager
+from odradek.types import TopicPartition
+from proto import broker_pb2
+
+RESPONSES = {"InitProducerId": broker_pb2.InitProducerIdResponse, "EndTxn": broker_pb2.EndTxnResponse,
+             "AddPartitionsToTxn": broker_pb2.AddPartitionsToTxnResponse}  # fmt: skip
+
+
+class Coordinator:
+    """Answers each AddPartitionsToTxn with the next of ``add_answers`` (an error code; "" is success)."""
+
+    def __init__(self, add_answers: list[str]) -> None:
+        self.add_answers = add_answers
+        self.calls: list[str] = []
+
+    def call(self, method: str, make: Any, remaining: float, error_code: Any = None) -> Any:
+        self.calls.append(method)
+        response = RESPONSES[method]()
+        if method == "InitProducerId":
+            response.producer_id, response.producer_epoch = 7, 0
+        if method == "AddPartitionsToTxn" and self.add_answers:
+            response.error.code = self.add_answers.pop(0)
+        return response
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits, in ms (time.sleep takes seconds)."""
+    slept: list[float] = []
+    monkeypatch.setattr(transactions.time, "sleep", lambda seconds: slept.append(round(seconds * 1000, 6)))
+    return slept
+
+
+def manager(monkeypatch: pytest.MonkeyPatch, coordinator: Coordinator) -> TransactionManager:
+    monkeypatch.setattr(transactions, "CoordinatorClient", lambda *args: coordinator)
+    client: Any = SimpleNamespace(backoff=ExponentialBackoff(100, 1000, jitter=0))
+    txn = TransactionManager(client, "t", 60000, IdempotenceState(), SystemClock(), max_block_ms=10000)
+    txn.init_transactions()
+    return txn
+
+
+def add(txn: TransactionManager, partition: int) -> None:
+    txn.before_send(TopicPartition("out", partition))
+    txn._wait_for_adds()
+
+
+def test_first_add_of_a_transaction_retries_concurrent_transactions_every_20_ms(
+    monkeypatch: pytest.MonkeyPatch, sleeps: list[float]
+) -> None:
+    """The previous transaction is still completing (its markers are being written): Kafka's producer retries
+    the next transaction's first AddPartitionsToTxn after 20 ms, not after retry.backoff.ms (100, doubling)."""
+    coordinator = Coordinator(["CONCURRENT_TRANSACTIONS"] * 3)
+    txn = manager(monkeypatch, coordinator)
+    txn.begin_transaction()
+    add(txn, 0)
+    assert sleeps == [ADD_PARTITIONS_RETRY_BACKOFF_MS] * 3 == [20.0] * 3
+    assert coordinator.calls.count("AddPartitionsToTxn") == 4
+    txn.commit_transaction(flush=lambda: None)
+    coordinator.add_answers = ["CONCURRENT_TRANSACTIONS"]
+    txn.begin_transaction()  # the next transaction's first add: 20 ms again
+    add(txn, 0)
+    assert sleeps == [20.0] * 4
+
+
+def test_later_adds_keep_retry_backoff_ms(monkeypatch: pytest.MonkeyPatch, sleeps: list[float]) -> None:
+    """Once the transaction has partitions, CONCURRENT_TRANSACTIONS is not the previous one completing: the
+    usual exponential backoff (retry.backoff.ms 100, doubling) applies, as in Kafka."""
+    coordinator = Coordinator([])
+    txn = manager(monkeypatch, coordinator)
+    txn.begin_transaction()
+    add(txn, 0)
+    coordinator.add_answers = ["CONCURRENT_TRANSACTIONS"] * 2
+    add(txn, 1)
+    assert sleeps == [100.0, 200.0]
