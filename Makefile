@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy log odradek controller broker replication chaos spark
+	$(BIN)/mypy log odradek metadata controller broker replication chaos spark bench
 
 pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -129,7 +129,7 @@ def build_options(args: argparse.Namespace) -> Any:
     """The :class:`~broker.server.BrokerOptions` of the command line; :class:`CliError` when invalid."""
     from broker.config import BrokerConfig
     from broker.server import BrokerOptions
-    from controller.configs import ConfigError, parse_key_values
+    from metadata.configs import ConfigError, parse_key_values
 
     if args.node_id < 0 or args.node_id > 2**31 - 1:
         raise CliError(f"--node-id must be a non-negative int32, got {args.node_id}")
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    from controller.configs import ConfigError
+    from metadata.configs import ConfigError
 
     try:
         server = BrokerServer(options)

@@ -1,9 +1,9 @@
 """The broker's configuration (``odradek broker --config KEY=VALUE``) and each partition's effective LogConfig.
 
 Keys are Kafka's, with Kafka's defaults; an unknown key or a bad value raises
-:class:`~controller.configs.ConfigError`, whose message names the key. Besides every broker-level synonym
+:class:`~metadata.configs.ConfigError`, whose message names the key. Besides every broker-level synonym
 of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.bytes``, ``min.insync.replicas``,
-... :data:`controller.configs.BROKER_CONFIGS`), the broker reads::
+... :data:`metadata.configs.BROKER_CONFIGS`), the broker reads::
 
     key                                            default      what
     broker.heartbeat.interval.ms                   500          heartbeat period to the active controller (Kafka: 2000)
@@ -99,7 +99,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.configs import (
+from controller.security.settings import SECURITY_KEYS, is_listener_override
+from log.config import LogConfig
+from log.errors import InvalidConfigError
+from metadata.configs import (
     BROKER_CONFIGS,
     TOPIC_CONFIGS,
     TOPIC_TO_BROKER_KEY,
@@ -108,11 +111,8 @@ from controller.configs import (
     ConfigSchema,
     ConfigType,
 )
-from controller.image import MetadataImage
-from controller.records import ConfigResourceType
-from controller.security.settings import SECURITY_KEYS, is_listener_override
-from log.config import LogConfig
-from log.errors import InvalidConfigError
+from metadata.image import MetadataImage
+from metadata.records import ConfigResourceType
 
 INT_MAX, LONG_MAX = 2**31 - 1, 2**63 - 1
 HOUR_MS, MINUTE_MS = 3_600_000, 60_000

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 
-from controller.configs import ConfigError
-from controller.errors import MetadataError
 from log.errors import LogError
+from metadata.configs import ConfigError
+from metadata.errors import MetadataError
 from proto import common_pb2
 
 logger = logging.getLogger(__name__)

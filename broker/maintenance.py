@@ -126,9 +126,9 @@ class LogMaintenance:
 def make_log_cleaner(replicas: ReplicaManager, config: BrokerConfig, clock: Clock) -> LogCleaner:
     """The log cleaner (``log.cleaner.*``) over every partition whose ``cleanup.policy`` includes ``compact``.
 
-    Each partition is cleaned below its last stable offset (Kafka's first uncleanable offset), and before the
-    first aborted transaction still in its log (``UnifiedLog.cleanable_upper_bound``), leaders and followers
-    alike: every replica compacts its own log.
+    Each partition is cleaned below its last stable offset (Kafka's first uncleanable offset,
+    ``UnifiedLog.cleanable_upper_bound``), leaders and followers alike: every replica compacts its own log,
+    aborted transactions and markers included (``log.cleaner.transactions``).
     """
 
     def compacted_logs() -> dict[str, tuple[Log, int]]:

@@ -1,7 +1,7 @@
 """The broker's current metadata image, published atomically.
 
 Readers (request threads) take ``cache.image``: one attribute read of an immutable
-:class:`~controller.image.MetadataImage`, no lock. The metadata thread is the only writer.
+:class:`~metadata.image.MetadataImage`, no lock. The metadata thread is the only writer.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from controller.image import MetadataImage
+from metadata.image import MetadataImage
 
 
 class MetadataCache:

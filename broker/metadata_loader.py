@@ -11,9 +11,9 @@ Loop (Kafka's ``MetadataLoader`` + ``BrokerMetadataPublisher``, one thread):
 4. The first time the image reaches the controller's end offset, logs that no partition assigned here
    claims are set aside (strays), and ``caught_up`` is set.
 
-A record that does not replay (:class:`~controller.errors.MetadataError`) means a corrupt log or a bug:
+A record that does not replay (:class:`~metadata.errors.MetadataError`) means a corrupt log or a bug:
 the thread stops and records ``failure``; the broker process exits non-zero (the module docstring of
-``controller.image.delta`` says why it must not skip it). A file system that refuses what a change needs
+``metadata.image.delta`` says why it must not skip it). A file system that refuses what a change needs
 (an ``OSError``: no space, a name too long, a file where a directory must go) is not a reason to stop: the
 log dir goes offline (:meth:`~broker.replica_manager.ReplicaManager.take_log_dir_offline`), the broker asks
 the controller to fence it, and the thread goes on publishing images (Kafka's ``LogDirFailureChannel``).
@@ -29,8 +29,9 @@ from collections.abc import Callable
 from broker.controller_channel import ChannelClosedError, ControllerChannel, ControllerUnavailableError
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import ConfigChanges, ReplicaManager
-from controller.errors import MetadataError
-from controller.image import (
+from log.errors import StorageError
+from metadata.errors import MetadataError
+from metadata.image import (
     ConfigResource,
     LocalReplicaChanges,
     MetadataDelta,
@@ -39,9 +40,8 @@ from controller.image import (
     TopicIdPartition,
     frozen_map,
 )
-from controller.record_codec import decode_record
-from controller.snapshot import decode_snapshot
-from log.errors import StorageError
+from metadata.record_codec import decode_record
+from metadata.snapshot import decode_snapshot
 from proto import controller_pb2 as pb
 
 logger = logging.getLogger(__name__)

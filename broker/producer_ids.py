@@ -2,7 +2,7 @@
 
 Kafka's ``RPCProducerIdManager``: the active controller owns the id space (the ProducerIds metadata record
 moves ``next_producer_id`` past each block it hands out, so no id is handed out twice, across controller
-failovers and broker restarts); a broker asks for a block of :data:`controller.records.PRODUCER_ID_BLOCK_SIZE`
+failovers and broker restarts); a broker asks for a block of :data:`metadata.records.PRODUCER_ID_BLOCK_SIZE`
 ids with AllocateProducerIds (its id and current broker epoch) and serves ids from it until it is used up.
 A broker that restarts asks for a new block: the rest of the old one is never used (ids are plentiful).
 

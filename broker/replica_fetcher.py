@@ -43,9 +43,9 @@ from broker.fetch_stream import ReplicaFetchStream
 from broker.lifecycle import LISTENER
 from broker.log_manager import TopicPartition
 from broker.replica_manager import ReplicaManager
-from controller.image import MetadataImage
 from controller.security.settings import open_channel
 from log import trace
+from metadata.image import MetadataImage
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
 from replication.epoch_cache import EpochEndOffset

@@ -30,9 +30,9 @@ from broker.appends import PendingAppend
 from broker.config import BrokerConfig, effective_log_config
 from broker.log_manager import LogManager, TopicPartition
 from broker.purgatory import DelayedOperation, Purgatory
-from controller.image import ConfigResource, LocalReplicaChanges, MetadataImage, PartitionRegistration
-from controller.records import ConfigResourceType
 from log.clock import Clock
+from metadata.image import ConfigResource, LocalReplicaChanges, MetadataImage, PartitionRegistration
+from metadata.records import ConfigResourceType
 from replication.partition import Partition, Verifier
 from replication.views import Role
 

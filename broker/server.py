@@ -71,11 +71,11 @@ from broker.replica_manager import ReplicaManager
 from broker.txn.coordinator import TransactionCoordinator, TxnConfig
 from broker.txn.peers import BrokerPeers
 from broker.txn.state import TxnMetadata
-from controller.image import MetadataImage
 from controller.security.node import NodeGuard
 from controller.security.rules import BROKER_RULES
 from controller.security.settings import NodeSecurity
 from log.clock import Clock, SystemClock
+from metadata.image import MetadataImage
 from proto import broker_pb2
 
 logger = logging.getLogger("odradek.broker")

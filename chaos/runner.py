@@ -34,7 +34,7 @@ from chaos.faults import Episode, Nemesis, Timing, plan_schedule
 from chaos.history import OK, History, Op
 from chaos.report import render, summarize
 from chaos.workload import Workload, WorkloadConfig, group_support
-from controller.configs import ControllerConfig
+from metadata.configs import ControllerConfig
 from odradek import Admin, NewTopic, TopicPartition
 from odradek.errors import OdradekError
 

@@ -1,9 +1,11 @@
-"""The controller quorum: metadata records, the MetadataImage and MetadataDelta, the Raft state machine.
+"""The controller quorum: the Raft-replicated ``__cluster_metadata`` log and the active controller's decisions.
 
-- ``controller.records``: the typed ``__cluster_metadata`` records, ``encode_record`` / ``decode_record``.
-- ``controller.image``: ``MetadataImage`` (immutable, shared by readers) and ``MetadataDelta``.
-- ``controller.snapshot``: ``encode_snapshot`` / ``decode_snapshot`` of an image.
-- ``controller.errors``: ``MetadataError`` and its kinds.
+- ``controller.core``: ``ControllerCore``, every decision as a pure function of the image, returning records.
+- ``controller.raft``: the replicated log as a pure state machine and its driver around pysyncobj.
+- ``controller.server`` and ``controller.service``: the controller thread and the gRPC servicer.
+- ``controller.security``: the authorizer, principal mapping, SASL and session tokens of every node.
 
-``controller`` imports nothing of the project but ``proto`` and ``log.record``.
+The records, the image and delta, snapshots and config schemas it decides on are the ``metadata`` package,
+which brokers share. ``controller`` imports ``metadata`` and ``proto`` (and its command line the client's
+``odradek.errors``).
 """

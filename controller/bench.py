@@ -173,8 +173,8 @@ def run(trials: int, commits: int, topics: int, big: int, fsync: bool) -> None:
 
 
 def _unfenced(client: ControllerClient) -> int:
-    from controller.image import MetadataDelta, MetadataImage
-    from controller.record_codec import decode_record
+    from metadata.image import MetadataDelta, MetadataImage
+    from metadata.record_codec import decode_record
 
     response = client.stub(client.current).FetchMetadata(pb.FetchMetadataRequest(from_offset=0), timeout=5)
     delta = MetadataDelta(MetadataImage())

@@ -161,8 +161,8 @@ def load_secret(path: str | None, addresses: list[str]) -> tuple[str | None, boo
 
 def build_options(args: argparse.Namespace) -> Any:
     """The :class:`~controller.server.ServerOptions` of the command line; :class:`CliError` when invalid."""
-    from controller.configs import ConfigError, ControllerConfig, parse_key_values
     from controller.server import ServerOptions
+    from metadata.configs import ConfigError, ControllerConfig, parse_key_values
 
     voters = parse_id_map(args.quorum, "--quorum")
     if args.node_id not in voters:

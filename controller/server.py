@@ -32,19 +32,19 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from controller.configs import ControllerConfig
 from controller.core import Command, ControllerCore
-from controller.image import MetadataDelta, MetadataImage
 from controller.long_poll import MAX_WAITING_FETCHES, OffsetWaiters
 from controller.metrics.stats import ControllerStats, count_elections
 from controller.quorum import ApplyEvent, MetadataQuorum, NotActiveError, QuorumTuning, RecordsApplied
 from controller.raft.state import NOT_CONTROLLER, REQUEST_TIMED_OUT, UNEXPECTED_BASE_OFFSET, NeedsSnapshot
-from controller.record_codec import decode_record, encode_record
-from controller.records import BrokerControlledShutdown, FenceBroker, LeaderChange, NoOp, RegisterBroker, UnfenceBroker
 from controller.security.node import NodeGuard
 from controller.security.rules import CONTROLLER_RULES
 from controller.security.settings import NodeSecurity
-from controller.snapshot import decode_snapshot, encode_snapshot
+from metadata.configs import ControllerConfig
+from metadata.image import MetadataDelta, MetadataImage
+from metadata.record_codec import decode_record, encode_record
+from metadata.records import BrokerControlledShutdown, FenceBroker, LeaderChange, NoOp, RegisterBroker, UnfenceBroker
+from metadata.snapshot import decode_snapshot, encode_snapshot
 from proto import common_pb2
 
 log = logging.getLogger("odradek.controller")

@@ -3,7 +3,7 @@ class in two modules, docs/CONVENTIONS.md §10).
 
 It holds the segments, the offsets and the lock, the read-only views, and what readers call: ``read`` and
 ``read_slice`` (whole batches, or where they are for a zero-copy send), ``offset_for_timestamp``, and the
-aborted-transaction index lookups (``collect_aborted``, ``first_aborted_offset``). Every method holds the
+aborted-transaction index lookups (``collect_aborted``). Every method holds the
 lock for its whole duration (the thread-safety contract is :class:`~log.log.Log`'s).
 """
 
@@ -227,12 +227,6 @@ class LogReads:
                 if complete:
                     break
             return found
-
-    def first_aborted_offset(self) -> int | None:
-        """The first offset of the earliest aborted transaction still in the log (the cleaner stops there)."""
-        with self._lock:
-            firsts = [e.first_offset for s in self._segments for e in s.txn_index.entries]
-            return min(firsts) if firsts else None
 
     # --------------------------------------------------------------------------------- helpers
 

@@ -261,10 +261,14 @@ class PartitionReads:
                     empty = FetchData(b"", fetch_offset, fetch_offset, -1, 0, start, leo)
                     return PartitionRead(empty, high_watermark, start, leo, epoch, False, diverging_epoch=end)
         max_offset = None if replica_id >= 0 else (lso if read_committed else high_watermark)
+        # the aborted transactions before the records: the log cleaner removes an aborted transaction's records
+        # and, with the segment that held them, its index entry (log/cleaner/README.md); an entry seen first
+        # still covers records read after, the other order could miss it
+        aborted_before = tuple(log.collect_aborted(fetch_offset, lso)) if read_committed and replica_id < 0 else ()
         data = self._read_log(log, lambda lg: lg.read(fetch_offset, max_bytes, max_offset=max_offset,
                                                        min_one_batch=min_one_batch))  # fmt: skip
         if read_committed and replica_id < 0:
-            aborted = tuple(log.collect_aborted(fetch_offset, lso)) if data.records else ()
+            aborted = aborted_before if data.records else ()
             return PartitionRead(data, high_watermark, data.log_start_offset, data.log_end_offset, epoch, False,
                                  last_stable_offset=lso, aborted=aborted)  # fmt: skip
         moved = False

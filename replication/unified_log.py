@@ -205,11 +205,9 @@ class UnifiedLog:
         return self._producers.transactions.open_transactions
 
     def cleanable_upper_bound(self, high_watermark: int) -> int:
-        """Where the log cleaner must stop: the LSO (Kafka's), and before the first aborted transaction still in
-        the log (Odradek does not yet remove aborted records while cleaning; docs/TRANSACTIONS.md)."""
-        bound = self.last_stable_offset(high_watermark)
-        first_aborted = self._log.first_aborted_offset()
-        return bound if first_aborted is None else min(bound, first_aborted)
+        """Where the log cleaner must stop: the LSO, as Kafka's (``log.cleaner.transactions`` TX4): every
+        transaction below it is decided, so the cleaner may remove aborted records and, once safe, markers."""
+        return self.last_stable_offset(high_watermark)
 
     def _duplicate_info(self, batch: BatchMetadata) -> AppendInfo:
         """A retried batch already in the log (S5): its original offsets, nothing appended."""

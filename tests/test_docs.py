@@ -23,7 +23,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("odradek", "log", "broker", "controller", "replication", "chaos", "spark", "proto", "tests", "deploy")
+PACKAGES = (
+    "odradek", "log", "metadata", "broker", "controller", "replication", "chaos", "spark", "proto", "tests", "deploy",
+    "bench",
+)  # fmt: skip
 PATH_SUFFIXES = (".py", ".md", ".json", ".yml", ".yaml", ".proto", ".sh", ".toml", ".html", ".css", ".txt", ".cfg")
 
 # Other projects' names that look like references into this one: Kafka configs Odradek does not have, and

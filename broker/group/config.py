@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from controller.configs import ConfigError
+from metadata.configs import ConfigError
 
 OFFSETS_TOPIC = "__consumer_offsets"
 KNOWN_ASSIGNORS = ("uniform", "range")  # broker.group.assignors.ASSIGNORS

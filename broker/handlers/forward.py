@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from broker.context import BrokerContext
 from broker.errors import REQUEST_TIMED_OUT, BrokerError, error
-from controller.image import MetadataImage
+from metadata.image import MetadataImage
 from proto import controller_pb2 as pb
 
 R = TypeVar("R")

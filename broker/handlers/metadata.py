@@ -22,8 +22,8 @@ import re
 from broker.context import BrokerContext
 from broker.errors import INVALID_TOPIC_EXCEPTION, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION, error
 from broker.lifecycle import LISTENER
-from controller.image import BrokerRegistration, MetadataImage, TopicImage
-from controller.records import Endpoint
+from metadata.image import BrokerRegistration, MetadataImage, TopicImage
+from metadata.records import Endpoint
 from proto import broker_pb2 as pb
 from proto import controller_pb2
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from broker.context import BrokerContext
 from broker.handlers.forward import await_image, forward_call
-from controller.image import MetadataImage
-from controller.security.acl import AclError
 from controller.security.convert import binding_from_pb, binding_to_pb, filter_from_pb
-from controller.security.scram import MECHANISMS
+from metadata.acl import AclError
+from metadata.image import MetadataImage
+from metadata.scram import MECHANISMS
 from proto import security_pb2 as pb
 
 ADMIN_TIMEOUT_MS = 30_000

@@ -31,11 +31,11 @@ from typing import Any
 
 from broker.kafka.api import Request, Session
 from broker.kafka.codec import _fields, build, response_class
-from controller.security.acl import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
 from controller.security.plain import MECHANISM as PLAIN
 from controller.security.principal_rules import PrincipalMappingError
 from controller.security.rules import Check, Denial
-from controller.security.scram import ScramError
+from metadata.acl import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
+from metadata.scram import ScramError
 
 logger = logging.getLogger(__name__)
 

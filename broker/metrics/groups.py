@@ -22,8 +22,8 @@ from prometheus_client.registry import Collector
 
 from broker.lifecycle import LISTENER
 from broker.replica_fetcher import inter_broker_address
-from controller.image import MetadataImage
 from controller.security.settings import open_channel
+from metadata.image import MetadataImage
 from proto import broker_pb2, broker_pb2_grpc
 
 if TYPE_CHECKING:

@@ -16,18 +16,18 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from controller._validate import INT32_MAX
-from controller.configs import (
+from controller.core.common import ControllerResult, error, pack
+from controller.core.elections import LeaderPolicy
+from metadata._validate import INT32_MAX
+from metadata.configs import (
     BROKER_CONFIGS,
     TOPIC_CONFIGS,
     ConfigError,
     ConfigSchema,
     ControllerConfig,
 )
-from controller.core.common import ControllerResult, error, pack
-from controller.core.elections import LeaderPolicy
-from controller.image import MetadataImage
-from controller.records import Config, ConfigResourceType
+from metadata.image import MetadataImage
+from metadata.records import Config, ConfigResourceType
 from proto import controller_pb2 as pb
 
 

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 
 from controller.core.common import Command, ControllerResult, chunk, error, preview
 from controller.core.elections import UncleanPolicy, arriving_broker_changes, leaving_broker_changes
-from controller.errors import InvalidMetadataRecordError
-from controller.image import BrokerRegistration, MetadataImage
-from controller.records import (
+from metadata.errors import InvalidMetadataRecordError
+from metadata.image import BrokerRegistration, MetadataImage
+from metadata.records import (
     BrokerControlledShutdown,
     Endpoint,
     FenceBroker,

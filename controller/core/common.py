@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from controller.image import BrokerRegistration, MetadataDelta, MetadataImage
-from controller.records import MetadataRecord
+from metadata.image import BrokerRegistration, MetadataDelta, MetadataImage
+from metadata.records import MetadataRecord
 from proto import common_pb2
 
 T = TypeVar("T")
@@ -81,7 +81,7 @@ def chunk(records: Sequence[MetadataRecord], max_records: int) -> tuple[Command,
 def preview(image: MetadataImage, commands: Iterable[Sequence[MetadataRecord]]) -> MetadataImage:
     """The image after ``commands`` commit right after ``image`` (the next offsets, in order).
 
-    Raises :class:`~controller.errors.MetadataError` when a record does not fit: the core checks every
+    Raises :class:`~metadata.errors.MetadataError` when a record does not fit: the core checks every
     result with it before anything is appended, so that a bug of the core fails one request instead of
     halting every voter that would replay a bad record (docs/CONVENTIONS.md §8).
     """

@@ -24,12 +24,12 @@ import random
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from controller.configs import ControllerConfig
 from controller.core import brokers, partitions, producer_ids, security, topics
 from controller.core.alter_configs import EffectiveConfig, alter_configs
 from controller.core.common import Clock, Command, ControllerResult, Eligibility, chunk, preview
 from controller.core.elections import imbalanced, reconcile_partitions
-from controller.image import MetadataImage
+from metadata.configs import ControllerConfig
+from metadata.image import MetadataImage
 from proto import controller_pb2 as pb
 from proto import security_pb2
 

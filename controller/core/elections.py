@@ -40,8 +40,8 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 from controller.core.common import Eligibility
-from controller.image import MetadataImage, PartitionRegistration, TopicIdPartition
-from controller.records import NO_LEADER, PartitionChange
+from metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
+from metadata.records import NO_LEADER, PartitionChange
 
 UncleanPolicy = Callable[[str], bool]
 """``unclean(topic_name)``: may this topic elect a leader outside its ISR? A policy may also have

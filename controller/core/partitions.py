@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterator
 
 from controller.core.common import ControllerResult, Eligibility, chunk, error
 from controller.core.elections import UncleanPolicy, change, elr_min_isr, preferred, reconcile, with_elr
-from controller.image import MetadataImage, PartitionRegistration, TopicIdPartition
-from controller.records import NO_LEADER, MetadataRecord
+from metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
+from metadata.records import NO_LEADER, MetadataRecord
 from proto import common_pb2
 from proto import controller_pb2 as pb
 

@@ -8,10 +8,10 @@
 
 from __future__ import annotations
 
-from controller._validate import INT64_MAX
 from controller.core.common import ControllerResult, error
-from controller.image import MetadataImage
-from controller.records import PRODUCER_ID_BLOCK_SIZE, ProducerIds
+from metadata._validate import INT64_MAX
+from metadata.image import MetadataImage
+from metadata.records import PRODUCER_ID_BLOCK_SIZE, ProducerIds
 from proto import controller_pb2 as pb
 
 

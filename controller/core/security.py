@@ -23,17 +23,18 @@ import uuid
 from collections import Counter
 
 from controller.core.common import ControllerResult, error, pack
-from controller.image import MetadataImage
-from controller.records import MetadataRecord
-from controller.security.acl import AclBinding, AclError
 from controller.security.convert import binding_from_pb, binding_to_pb, filter_from_pb
-from controller.security.records import (
+from controller.security.scram import credential_from_salted_password
+from metadata.acl import AclBinding, AclError
+from metadata.image import MetadataImage
+from metadata.records import (
     AccessControlEntry,
+    MetadataRecord,
     RemoveAccessControlEntry,
     RemoveUserScramCredential,
     UserScramCredential,
 )
-from controller.security.scram import MECHANISM_BY_CODE, ScramError, credential_from_salted_password
+from metadata.scram import MECHANISM_BY_CODE, ScramError
 from proto import security_pb2 as pb
 
 

@@ -38,13 +38,13 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller._validate import INT32_MAX
-from controller.configs import SHORT_MAX, TOPIC_CONFIGS, ConfigError
 from controller.core.alter_configs import EffectiveConfig
 from controller.core.common import ControllerResult, Eligibility, chunk, error, pack
 from controller.core.placement import assign_replicas
-from controller.image import MetadataImage
-from controller.records import Config, ConfigResourceType, MetadataRecord, Partition, RemoveTopic, Topic
+from metadata._validate import INT32_MAX
+from metadata.configs import SHORT_MAX, TOPIC_CONFIGS, ConfigError
+from metadata.image import MetadataImage
+from metadata.records import Config, ConfigResourceType, MetadataRecord, Partition, RemoveTopic, Topic
 from proto import controller_pb2 as pb
 
 MAX_TOPIC_NAME = 249

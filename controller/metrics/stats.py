@@ -10,8 +10,8 @@ import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from controller.image import MetadataImage
-from controller.records import NO_LEADER, PartitionChange
+from metadata.image import MetadataImage
+from metadata.records import NO_LEADER, PartitionChange
 
 LATENCY_BUCKETS_MS: tuple[float, ...] = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 """Upper bounds (ms) of the latency histograms; +Inf is implied."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.security.acl import (
+from metadata.acl import (
     AccessControlEntry,
     AclBinding,
     AclBindingFilter,

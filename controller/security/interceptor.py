@@ -29,11 +29,11 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from controller.image import MetadataImage
 from controller.security.authorizer import Authorizer
 from controller.security.principal_rules import PrincipalMapper, PrincipalMappingError
 from controller.security.rules import Check, Rule, filter_groups, filter_metadata, filter_transactions
 from controller.security.token import TokenError, TokenSigner
+from metadata.image import MetadataImage
 
 ANONYMOUS = "User:ANONYMOUS"
 REAUTHENTICATE = "odradek-reauthenticate"

@@ -7,12 +7,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.image import MetadataImage
 from controller.security.authorizer import Authorizer
 from controller.security.interceptor import AuthorizerCache, CallSecurity, SecurityInterceptor
 from controller.security.rules import Rule
 from controller.security.sasl_service import SaslAuthority, SaslService
 from controller.security.settings import NodeSecurity
+from metadata.image import MetadataImage
 
 
 @dataclass

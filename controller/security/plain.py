@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from controller.security.scram import AUTHENTICATION_FAILED, ScramCredential, ScramError, password_matches
+from controller.security.scram import AUTHENTICATION_FAILED, password_matches
+from metadata.scram import ScramCredential, ScramError
 
 MECHANISM = "PLAIN"
 

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.security.acl import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
 from controller.security.authorizer import Authorizer
+from metadata.acl import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
 
 Op, Rt = AclOperation, ResourceType
 

@@ -23,8 +23,9 @@ from typing import Any, TypeVar
 
 from controller.security.plain import MECHANISM as PLAIN
 from controller.security.plain import authenticate_plain
-from controller.security.scram import ScramCredential, ScramError, ScramExchange, server_final, server_first
+from controller.security.scram import ScramExchange, server_final, server_first
 from controller.security.token import TokenSigner
+from metadata.scram import ScramCredential, ScramError
 from proto import security_pb2 as pb
 from proto import security_pb2_grpc
 

@@ -42,61 +42,29 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-MIN_ITERATIONS = 4096
-MAX_ITERATIONS = 16384
-
-#: Kafka's ``ScramMechanism``: name -> (hash name, type code in UserScramCredentialRecord).
-MECHANISMS: dict[str, tuple[str, int]] = {"SCRAM-SHA-256": ("sha256", 1), "SCRAM-SHA-512": ("sha512", 2)}
-MECHANISM_BY_CODE: dict[int, str] = {code: name for name, (_, code) in MECHANISMS.items()}
+from metadata.scram import (
+    MIN_ITERATIONS,
+    ScramCredential,
+    ScramError,
+    hash_name,
+)
 
 AUTHENTICATION_FAILED = "Authentication failed during authentication due to invalid credentials with SASL mechanism"
 
 _PRINTABLE_NONCE = re.compile(r"[\x21-\x2b\x2d-\x7e]+")  # RFC 5802 "printable": no comma
 
 
-class ScramError(Exception):
-    """A failed SCRAM exchange (Kafka's SASL_AUTHENTICATION_FAILED)."""
-
-    code = "SASL_AUTHENTICATION_FAILED"
-
-
-def _hash_name(mechanism: str) -> str:
-    try:
-        return MECHANISMS[mechanism][0]
-    except KeyError:
-        raise ScramError(f"unsupported SASL mechanism {mechanism!r}") from None
-
-
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
     """RFC 5802 Hi(): PBKDF2 with HMAC-H (S6: UTF-8 without SASLprep)."""
-    return hashlib.pbkdf2_hmac(_hash_name(mechanism), password.encode("utf-8"), salt, iterations)
+    return hashlib.pbkdf2_hmac(hash_name(mechanism), password.encode("utf-8"), salt, iterations)
 
 
 def hmac_digest(mechanism: str, key: bytes, message: bytes) -> bytes:
-    return hmac.new(key, message, _hash_name(mechanism)).digest()
+    return hmac.new(key, message, hash_name(mechanism)).digest()
 
 
 def digest(mechanism: str, data: bytes) -> bytes:
-    return hashlib.new(_hash_name(mechanism), data).digest()
-
-
-@dataclass(frozen=True, slots=True)
-class ScramCredential:
-    """What the cluster stores of one user's password for one mechanism (S1)."""
-
-    mechanism: str
-    salt: bytes
-    stored_key: bytes
-    server_key: bytes
-    iterations: int
-
-    def validate(self) -> None:
-        _hash_name(self.mechanism)
-        if not MIN_ITERATIONS <= self.iterations <= MAX_ITERATIONS:
-            raise ScramError(f"iterations must lie in [{MIN_ITERATIONS}, {MAX_ITERATIONS}], not {self.iterations}")
-        size = hashlib.new(_hash_name(self.mechanism)).digest_size
-        if not self.salt or len(self.stored_key) != size or len(self.server_key) != size:
-            raise ScramError(f"a {self.mechanism} credential needs a salt and {size}-byte keys")
+    return hashlib.new(hash_name(mechanism), data).digest()
 
 
 def make_credential(mechanism: str, password: str, salt: bytes, iterations: int = MIN_ITERATIONS) -> ScramCredential:
@@ -120,7 +88,7 @@ def credential_from_salted_password(
     mechanism: str, salted: bytes, salt: bytes, iterations: int
 ) -> ScramCredential:
     """The credential for a salted password a client computed (Kafka's AlterUserScramCredentials, KIP-554)."""
-    size = hashlib.new(_hash_name(mechanism)).digest_size
+    size = hashlib.new(hash_name(mechanism)).digest_size
     if len(salted) != size:
         raise ScramError(f"a {mechanism} salted password is {size} bytes, not {len(salted)}")
     if not salt:
@@ -170,7 +138,7 @@ class ScramExchange:
 
 def parse_client_first(mechanism: str, message: bytes) -> tuple[str, str, str, str]:
     """client-first -> (gs2 header, client-first-bare, user name, client nonce); S3, S5."""
-    _hash_name(mechanism)
+    hash_name(mechanism)
     try:
         text = message.decode("utf-8")
     except UnicodeDecodeError:

@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from controller.configs import ConfigError, ConfigKey, ConfigSchema, ConfigType
 from controller.security.authorizer import parse_super_users
 from controller.security.principal_rules import PrincipalMapper, PrincipalMappingError
+from metadata.configs import ConfigError, ConfigKey, ConfigSchema, ConfigType
 
 if TYPE_CHECKING:
     import grpc  # imported where credentials are made: importing the settings needs no gRPC

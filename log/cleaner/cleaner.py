@@ -3,7 +3,8 @@
 A pass (Kafka's ``Cleaner.doClean``), given a :class:`~log.cleaner.plan.Cleanable` snapshot:
 
 1. build the offset map from the dirty cleanable segments, batch by batch, until it is full
-   (``end_offset``: the offset after the last batch mapped), and note each producer's last batch;
+   (``end_offset``: the offset after the last batch mapped), and note each producer's last batch; the
+   records of aborted transactions stay out of the map (``transactions`` TX1);
 2. group the segments below ``end_offset`` (clean and dirty ones) by size (``plan.group_segments``);
 3. for each group, write the surviving batches of its segments into ``<B>.log.cleaned`` (+ indexes,
    built by :class:`~log.segment.Segment` as for any append; an empty batch when the group's last batch
@@ -28,14 +29,16 @@ from pathlib import Path
 from log.append import PreparedBatch
 from log.cleaner.offset_map import OffsetMap
 from log.cleaner.plan import Cleanable, CleanerConfig, group_segments
-from log.cleaner.retention import RetentionContext, empty_batch, filter_batch
+from log.cleaner.retention import RetentionContext, filter_batch, group_end_batch
 from log.cleaner.swap import StepHook, install_cleaned, remove_cleaned
+from log.cleaner.transactions import TransactionFilter
 from log.errors import CorruptRecordError, StorageError
 from log.log import Log
 from log.logdir import CLEANED_SUFFIX
 from log.policy import SegmentInfo
 from log.record.header import HEADER_SIZE, BatchHeader, batch_size_at, parse_header
 from log.segment import LOG_SUFFIX, Segment, file_stem
+from log.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +158,10 @@ class Cleaner:
         map_bytes_read = self._scan_producers(log.dir, segments[: cleanable.clean_count], producers)
         mapped = 0
         full = False
-        for info in cleanable.dirty_segments:
+        dirty = cleanable.dirty_segments
+        # TX1: the aborted transactions of the dirty range; their records stay out of the map
+        in_map = TransactionFilter(_aborted_in(log, dirty[0].base_offset, dirty[-1].next_offset) if dirty else ())
+        for info in dirty:
             if full or self._should_stop():
                 break
             for _, batch in read_batches(_log_path(log.dir, info), info.size_bytes, self.config.io_buffer_size):
@@ -163,16 +169,22 @@ class Cleaner:
                 map_bytes_read += len(batch)
                 if header.producer_id >= 0:
                     producers[header.producer_id] = header.last_offset
+                aborted = in_map.on_batch(batch, header)
                 if full or header.last_offset < cleanable.first_dirty_offset:  # full, or mapped by an earlier pass
                     continue
-                full = not offsets.add_batch(batch, header)
+                full = not offsets.add_batch(batch, header, keys=not aborted)
             mapped += 1
         end_offset = max(offsets.latest_offset + 1, cleanable.first_dirty_offset)
         if mapped and not full and mapped == len(cleanable.dirty_segments):
             end_offset = max(end_offset, cleanable.dirty_segments[-1].next_offset)
         to_clean = [s for s in segments[: cleanable.cleanable_count] if s.base_offset < end_offset]
+        # TX1-TX3 over the whole range cleaned, one filter for the pass (its groups in offset order), from the
+        # index entries as they are before any group is swapped
+        transactions = TransactionFilter(
+            _aborted_in(log, to_clean[0].base_offset, to_clean[-1].next_offset) if to_clean else ()
+        )
         ctx = RetentionContext.for_pass(
-            offsets, now_ms, log.config.delete_retention_ms, producers, cleanable.first_dirty_offset
+            offsets, now_ms, log.config.delete_retention_ms, producers, cleanable.first_dirty_offset, transactions
         )
         return self._clean_groups(log, cleanable, to_clean, ctx, end_offset, map_bytes_read)
 
@@ -244,7 +256,7 @@ class Cleaner:
                 # The group's last batch went away: an empty batch keeps its offsets, so the cleaned
                 # segment ends where the group did and recovery of an interrupted swap (log.logdir)
                 # replaces exactly the group's segments.
-                marker = empty_batch(last)
+                marker = group_end_batch(last)
                 segment.append([PreparedBatch(parse_header(marker), (marker,))], ctx.now_ms)
             segment.on_become_inactive()
             segment.flush()
@@ -265,6 +277,14 @@ class Cleaner:
                     producers[header.producer_id] = header.last_offset
                 total += len(batch)
         return total
+
+
+def _aborted_in(log: Log, start: int, end: int) -> list[AbortedTxn]:
+    """The aborted transactions with records in ``[start, end)`` (their index entries, wherever the marker is)."""
+    try:
+        return log.collect_aborted(start, end)
+    except StorageError as e:  # closed meanwhile (partition deleted, or reopened with a new config)
+        raise SegmentGoneError(f"{log.dir}: {e}") from e
 
 
 def _log_path(directory: Path, info: SegmentInfo) -> Path:

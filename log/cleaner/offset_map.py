@@ -53,16 +53,17 @@ class OffsetMap:
         self._offsets[key] = offset
         self.latest_offset = offset
 
-    def add_batch(self, batch: bytes, header: BatchHeader) -> bool:
+    def add_batch(self, batch: bytes, header: BatchHeader, *, keys: bool = True) -> bool:
         """Note every keyed record of one batch; False (nothing added) when the map is full.
 
         Control batches (transaction markers) carry no user keys and are skipped; so are records
-        without a key, which the cleaner removes. A batch may take the map past its capacity: a pass
+        without a key, which the cleaner removes, and every record with ``keys`` False (a batch of an
+        aborted transaction: only its offsets count). A batch may take the map past its capacity: a pass
         always makes progress.
         """
         if self.is_full:
             return False
-        if not header.is_control and header.records_count:
+        if keys and not header.is_control and header.records_count:
             records = record_keys(batch, header)
             offsets = self._offsets
             for key, offset in records:

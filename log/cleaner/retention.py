@@ -9,7 +9,12 @@ The rules, Kafka's (``LogCleaner.shouldRetainRecord``, ``MemoryRecords.filterTo`
   as Kafka does in the batch itself (attribute bit 6 set, ``baseTimestamp`` = the horizon, each
   record's ``timestampDelta`` rebased on it), so tombstones live ``delete.retention.ms`` after the
   first cleaning that saw them, wherever the batch moves later;
-* control batches (transaction markers) are kept unchanged (no transaction support to clean them by);
+* transactions (``log.cleaner.transactions``, Kafka's rules TX1-TX4): a batch of an aborted transaction
+  is removed whole; a marker whose transaction has no batch left gets a delete horizon like a tombstone's
+  and is removed by the first pass at or past it; other markers are kept unchanged. A marker is never
+  emptied (Kafka empties a producer's last batch even when it is a marker; here that marker stays whole,
+  since an empty control batch is no marker a follower or reader could decode, until the producer writes
+  again);
 * a batch whose every record survives and that needs no new horizon is kept byte for byte;
 * otherwise the surviving records are written into a new batch with the original ``baseOffset``,
   ``lastOffsetDelta`` (so the last offset and the producer's last sequence stay), ``partitionLeaderEpoch``,
@@ -29,8 +34,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from log.cleaner.offset_map import NO_OFFSET, OffsetMap
+from log.cleaner.transactions import TransactionFilter
 from log.record.builder import assemble_batch, encode_record
 from log.record.compression import NONE
+from log.record.control import read_marker
 from log.record.header import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
@@ -59,6 +66,7 @@ class RetentionContext:
     last_batch_of_producer: Mapping[int, int]  # producer id -> last offset of its last batch in the range
     first_dirty_offset: int  # the map covers [first_dirty_offset, offsets.latest_offset]
     live_offsets: Sequence[int] = ()  # sorted offsets the map holds: the only survivors in that range
+    transactions: TransactionFilter | None = None  # the pass's transactions (None: markers kept, as before)
 
     @classmethod
     def for_pass(
@@ -68,9 +76,11 @@ class RetentionContext:
         delete_retention_ms: int,
         last_batch_of_producer: Mapping[int, int],
         first_dirty_offset: int,
+        transactions: TransactionFilter | None = None,
     ) -> RetentionContext:
         live = sorted(offsets.latest_offsets().values())
-        return cls(offsets, now_ms, delete_retention_ms, last_batch_of_producer, first_dirty_offset, live)
+        return cls(offsets, now_ms, delete_retention_ms, last_batch_of_producer, first_dirty_offset, live,
+                   transactions)  # fmt: skip
 
     def nothing_survives(self, header: BatchHeader) -> bool:
         """True when the batch lies in the mapped range and holds none of the map's offsets.
@@ -97,7 +107,9 @@ class Filtered:
 def filter_batch(batch: bytes, header: BatchHeader, ctx: RetentionContext) -> Filtered:
     """Apply the module's rules to one whole batch (``batch`` is its bytes, CRC-checked here)."""
     if header.is_control:
-        return Filtered(batch, header.records_count, header.records_count, None)
+        return _filter_marker(batch, header, ctx)
+    if ctx.transactions is not None and ctx.transactions.on_data(header):  # aborted (TX1)
+        return _emptied(header, ctx, header.records_count)
     if ctx.nothing_survives(header):
         return _emptied(header, ctx, header.records_count)
     _, records = read_batch(batch)
@@ -124,6 +136,27 @@ def filter_batch(batch: bytes, header: BatchHeader, ctx: RetentionContext) -> Fi
     if len(kept) == len(records) and not new_horizon:
         return Filtered(batch, len(records), len(kept), tombstone_horizon)
     return Filtered(rebuild_batch(header, kept, horizon), len(records), len(kept), tombstone_horizon)
+
+
+def _filter_marker(batch: bytes, header: BatchHeader, ctx: RetentionContext) -> Filtered:
+    """A control batch: kept, given a delete horizon, or removed (TX2, TX3)."""
+    count = header.records_count
+    kept = Filtered(batch, count, count, None)
+    if ctx.transactions is None or count != 1:
+        return kept
+    _, marker = read_marker(batch)
+    if not ctx.transactions.on_marker(header, marker.is_commit):
+        return kept
+    if ctx.last_batch_of_producer.get(header.producer_id) == header.last_offset:
+        return kept  # the producer's last batch keeps its epoch in the log (Kafka keeps it too, emptied)
+    horizon = delete_horizon_ms(header)
+    if horizon is None:
+        horizon = ctx.now_ms + ctx.delete_retention_ms
+        _, records = read_batch(batch)
+        return Filtered(rebuild_batch(header, records, horizon), count, count, horizon)
+    if ctx.now_ms >= horizon:
+        return Filtered(None, count, 0, None)
+    return Filtered(batch, count, count, horizon)
 
 
 def _emptied(header: BatchHeader, ctx: RetentionContext, records_read: int) -> Filtered:
@@ -164,6 +197,29 @@ def rebuild_batch(header: BatchHeader, records: list[Record], horizon_ms: int | 
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
         records_count=len(records),
+    )
+
+
+def group_end_batch(header: BatchHeader) -> bytes:
+    """The empty batch that ends a cleaned group whose last batch went (``log.cleaner.swap``): ``header``'s
+    :func:`empty_batch`, or, when that batch was transactional or a marker, a plain one without producer (a
+    transactional empty batch there could open a transaction on a replica replaying the log whose marker a
+    later pass removes)."""
+    if not (header.is_transactional or header.is_control):
+        return empty_batch(header)
+    return assemble_batch(
+        b"",
+        compression=NONE,
+        attributes=header.attributes & ATTR_TIMESTAMP_TYPE,
+        base_offset=header.base_offset,
+        partition_leader_epoch=header.partition_leader_epoch,
+        last_offset_delta=header.last_offset_delta,
+        base_timestamp=NO_TIMESTAMP,
+        max_timestamp=header.max_timestamp,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        records_count=0,
     )
 
 

@@ -1,6 +1,6 @@
 """ACL bindings and filters as clients see them (Kafka's ``AclBinding``, ``AclBindingFilter``).
 
-The enums carry Kafka's numeric codes, the same as the cluster side's ``controller/security/acl.py`` (clients
+The enums carry Kafka's numeric codes, the same as the cluster side's ``metadata/acl.py`` (clients
 cannot import it; ``tests/security/test_admin_types.py`` checks that the two agree). The cluster validates
 every binding; these types only carry them.
 """

@@ -18,8 +18,10 @@ from broker.context import BrokerContext
 from broker.log_manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import ConfigChanges, ReplicaManager
-from controller.image import MetadataDelta, MetadataImage
-from controller.records import (
+from log.clock import SystemClock
+from log.record import build_batch
+from metadata.image import MetadataDelta, MetadataImage
+from metadata.records import (
     Config,
     ConfigResourceType,
     Endpoint,
@@ -32,8 +34,6 @@ from controller.records import (
     Topic,
     UnfenceBroker,
 )
-from log.clock import SystemClock
-from log.record import build_batch
 from replication.partition import Partition as ReplicaPartition
 
 BROKER_ID = 0

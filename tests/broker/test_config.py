@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from broker.config import BrokerConfig, effective_log_config
-from controller.configs import ConfigError
-from controller.image import MetadataDelta, MetadataImage
-from controller.records import Config, ConfigResourceType, MetadataRecord, Topic
+from metadata.configs import ConfigError
+from metadata.image import MetadataDelta, MetadataImage
+from metadata.records import Config, ConfigResourceType, MetadataRecord, Topic
 
 
 def test_kafka_defaults() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from broker.cli import add_broker_parser, build_options
 from broker.handlers import describe_cluster, metadata
-from controller.records import Endpoint, RegisterBroker, UnfenceBroker
+from metadata.records import Endpoint, RegisterBroker, UnfenceBroker
 from odradek.errors import CliError
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker.handlers import describe_cluster, describe_configs, forward, list_offsets, metadata
-from controller.records import FenceBroker
+from metadata.records import FenceBroker
 from proto import broker_pb2 as pb
 from proto import controller_pb2
 from tests.broker.conftest import START_MS, BrokerHarness, batch

@@ -23,9 +23,11 @@ from broker.log_manager import (
 )
 from broker.maintenance import LogMaintenance
 from broker.metadata_loader import MetadataLoader, config_changes, image_changes
-from controller.image import MetadataDelta, MetadataImage
-from controller.record_codec import encode_record
-from controller.records import (
+from log.clock import ManualClock
+from log.errors import StorageError
+from metadata.image import MetadataDelta, MetadataImage
+from metadata.record_codec import encode_record
+from metadata.records import (
     Config,
     ConfigResourceType,
     Endpoint,
@@ -36,8 +38,6 @@ from controller.records import (
     RemoveTopic,
     Topic,
 )
-from log.clock import ManualClock
-from log.errors import StorageError
 from proto import controller_pb2
 from replication.views import Role
 from tests.broker.conftest import BrokerHarness, batch

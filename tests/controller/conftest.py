@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from controller.configs import ControllerConfig
 from controller.core import ControllerCore, ControllerResult
 from controller.core.common import preview
-from controller.image import MetadataDelta, MetadataImage, PartitionRegistration
-from controller.records import LeaderChange
 from log.clock import ManualClock
+from metadata.configs import ControllerConfig
+from metadata.image import MetadataDelta, MetadataImage, PartitionRegistration
+from metadata.records import LeaderChange
 from proto import controller_pb2 as pb
 
 

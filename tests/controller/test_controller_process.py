@@ -21,11 +21,11 @@ import grpc
 import pytest
 
 from controller.client import ControllerClient, ControllerUnavailableError
-from controller.image import MetadataDelta, MetadataImage
 from controller.launcher import LocalQuorum, addresses_of, wait_until
-from controller.record_codec import decode_record, encode_record
-from controller.records import ConfigResourceType, FenceBroker, LeaderChange, MetadataRecord, Topic
-from controller.snapshot import decode_snapshot
+from metadata.image import MetadataDelta, MetadataImage
+from metadata.record_codec import decode_record, encode_record
+from metadata.records import ConfigResourceType, FenceBroker, LeaderChange, MetadataRecord, Topic
+from metadata.snapshot import decode_snapshot
 from proto import controller_pb2 as pb
 
 CONFIG = {
@@ -464,7 +464,7 @@ def test_snapshot_fold_in_pieces_equals_one_replay() -> None:
     in pieces, with or without its cache, gives the snapshot of replaying it at once."""
     from controller.core.common import preview
     from controller.server import SnapshotFolder
-    from controller.snapshot import encode_snapshot
+    from metadata.snapshot import encode_snapshot
     from tests.controller.conftest import CoreHarness
 
     h = CoreHarness()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.records import (
+from metadata.records import (
     NO_LEADER,
     BrokerControlledShutdown,
     Config,

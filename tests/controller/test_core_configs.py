@@ -1,11 +1,14 @@
-"""Config schemas (controller/configs.py) and AlterConfigs (controller/core/alter_configs.py, rules C1-C5,
+"""Config schemas (metadata/configs.py) and AlterConfigs (controller/core/alter_configs.py, rules C1-C5,
 Kafka's ConfigurationControlManager)."""
 
 from __future__ import annotations
 
 import pytest
 
-from controller.configs import (
+from log.config import KEYS as LOG_CONFIG_KEYS
+from log.config import LogConfig
+from log.errors import InvalidConfigError
+from metadata.configs import (
     BROKER_CONFIGS,
     CONTROLLER_CONFIGS,
     TOPIC_CONFIGS,
@@ -14,10 +17,7 @@ from controller.configs import (
     ControllerConfig,
     parse_key_values,
 )
-from controller.records import Config, ConfigResourceType
-from log.config import KEYS as LOG_CONFIG_KEYS
-from log.config import LogConfig
-from log.errors import InvalidConfigError
+from metadata.records import Config, ConfigResourceType
 from proto import controller_pb2 as pb
 from tests.controller.conftest import CoreHarness
 

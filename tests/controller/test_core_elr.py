@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.records import NO_LEADER
+from metadata.records import NO_LEADER
 from proto import controller_pb2 as pb
 from tests.controller.conftest import CoreHarness, incarnation, make_harness
 

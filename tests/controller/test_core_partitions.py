@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from controller.records import NO_LEADER, PartitionChange
+from metadata.records import NO_LEADER, PartitionChange
 from proto import controller_pb2 as pb
 from tests.controller.conftest import CoreHarness, make_harness
 

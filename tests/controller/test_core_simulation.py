@@ -12,8 +12,8 @@ import random
 import pytest
 
 from controller.core.common import is_eligible
-from controller.image import MetadataImage
-from controller.records import NO_LEADER
+from metadata.image import MetadataImage
+from metadata.records import NO_LEADER
 from proto import controller_pb2 as pb
 from tests.controller.conftest import CoreHarness, make_harness
 

@@ -13,7 +13,7 @@ import pytest
 
 from controller.core.placement import assign_replicas
 from controller.core.topics import Refused, check_dir_name
-from controller.records import Config, ConfigResourceType, Partition, RemoveTopic, Topic
+from metadata.records import Config, ConfigResourceType, Partition, RemoveTopic, Topic
 from proto import controller_pb2 as pb
 from tests.controller.conftest import CoreHarness, make_harness
 

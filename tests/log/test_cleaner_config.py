@@ -6,8 +6,8 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.maintenance import make_log_cleaner
-from controller.configs import ConfigError
 from log.clock import ManualClock
+from metadata.configs import ConfigError
 
 
 class NoPartitions:

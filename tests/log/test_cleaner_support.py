@@ -39,12 +39,13 @@ def keyed_batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    transactional: bool = False,
 ) -> bytes:
     """A producer batch (base offset 0) built by kafka-python's independent codec."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=compression,
-        is_transactional=False,
+        is_transactional=transactional,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,

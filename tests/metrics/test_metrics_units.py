@@ -17,15 +17,15 @@ from prometheus_client import CollectorRegistry
 from broker.handlers import consumer_group_heartbeat, fetch, forward, init_producer_id, list_offsets, produce
 from broker.metrics.requests import ErrorReader, RequestMetrics, TopicMetrics, count_records, request_name
 from controller.health import HealthReporter
-from controller.image import MetadataDelta, MetadataImage
 from controller.metrics.endpoint import MetricsEndpoint, new_registry, split_address
 from controller.metrics.stats import ControllerStats, LatencyHistogram, count_elections
-from controller.records import Partition, PartitionChange, Topic
 from log.clock import ManualClock
 from log.config import LogConfig
 from log.flush_stats import set_flush_observer
 from log.log import Log
 from log.record import build_batch
+from metadata.image import MetadataDelta, MetadataImage
+from metadata.records import Partition, PartitionChange, Topic
 from odradek.health import SERVING, UNREACHABLE, check
 from proto import broker_pb2 as pb
 from proto import controller_pb2 as cpb

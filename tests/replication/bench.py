@@ -27,9 +27,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from controller.configs import ControllerConfig
 from log.record import build_batch, iter_batches
 from log.record.reader import read_batch
+from metadata.configs import ControllerConfig
 from tests.broker.cluster import Cluster
 from tests.broker.test_broker_processes import fetch, produce
 

@@ -28,8 +28,8 @@ import random
 from dataclasses import dataclass, field
 
 from controller.core.elections import reconcile, with_elr
-from controller.image import PartitionRegistration
 from log.clock import ManualClock
+from metadata.image import PartitionRegistration
 from replication.epoch_cache import EpochEndOffset
 from replication.isr import AlterPartitionRequest
 

@@ -16,7 +16,7 @@ import pytest
 
 from broker.isr_manager import IsrManager
 from broker.replica_manager import PendingAppend
-from controller.records import BrokerControlledShutdown
+from metadata.records import BrokerControlledShutdown
 from proto import common_pb2
 from proto import controller_pb2 as cpb
 from tests.broker.conftest import BrokerHarness, batch

@@ -87,11 +87,11 @@ def micro_authorize_us(iterations: int = 20_000) -> float:
     """Microseconds of one Authorizer.authorize (a produce's WRITE check) among 1000 ACLs of 100 principals."""
     import time as clock
 
-    from controller.security.acl import AccessControlEntry, AclBinding, AclPermissionType, PatternType
-    from controller.security.acl import AclOperation as Op
-    from controller.security.acl import ResourcePattern as Pattern
-    from controller.security.acl import ResourceType as Rt
     from controller.security.authorizer import Authorizer
+    from metadata.acl import AccessControlEntry, AclBinding, AclPermissionType, PatternType
+    from metadata.acl import AclOperation as Op
+    from metadata.acl import ResourcePattern as Pattern
+    from metadata.acl import ResourceType as Rt
 
     bindings = {
         AclBinding(Pattern(Rt.TOPIC, f"team{i % 100}-" if i % 2 else f"topic-{i}",

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.security.acl import (
+from controller.security.authorizer import Authorizer, parse_super_users
+from metadata.acl import (
     AccessControlEntry,
     AclBinding,
     AclBindingFilter,
@@ -18,7 +19,6 @@ from controller.security.acl import (
     ResourceType,
     allowing_operations,
 )
-from controller.security.authorizer import Authorizer, parse_super_users
 
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER

@@ -11,16 +11,16 @@ import pytest
 
 from controller.core import security
 from controller.core.common import ControllerResult, preview
-from controller.errors import MetadataError
-from controller.image import MetadataImage
-from controller.security import acl as server_acl
 from controller.security.convert import binding_to_pb
-from controller.security.records import AccessControlEntry, RemoveAccessControlEntry, RemoveUserScramCredential
 from controller.security.scram import make_credential, password_matches
+from metadata import acl as server_acl
+from metadata.errors import MetadataError
+from metadata.image import MetadataImage
+from metadata.records import AccessControlEntry, RemoveAccessControlEntry, RemoveUserScramCredential
 from odradek.security import acls as client_acl
 from odradek.security.admin_calls import upsertion
 from proto import security_pb2 as pb
-from tests.controller.strategies import replay_all
+from tests.metadata.strategies import replay_all
 
 Op, Perm = server_acl.AclOperation, server_acl.AclPermissionType
 Rt, Pt = server_acl.ResourceType, server_acl.PatternType

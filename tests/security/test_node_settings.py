@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.configs import ConfigError
 from controller.security.settings import NodeSecurity, parse_protocol_map
+from metadata.configs import ConfigError
 from tests.security.tls_files import make_tls_files
 
 

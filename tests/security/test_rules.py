@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from controller.security.acl import AccessControlEntry, AclBinding, AclOperation, AclPermissionType, PatternType
-from controller.security.acl import ResourcePattern as P
-from controller.security.acl import ResourceType as Rt
 from controller.security.authorizer import Authorizer
 from controller.security.rules import BROKER_RULES, CONTROLLER_RULES, Check, filter_groups, filter_metadata
+from metadata.acl import AccessControlEntry, AclBinding, AclOperation, AclPermissionType, PatternType
+from metadata.acl import ResourcePattern as P
+from metadata.acl import ResourceType as Rt
 from proto import broker_pb2 as b
 from proto import controller_pb2 as c
 from proto import security_pb2 as s

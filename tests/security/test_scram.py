@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from controller.security import scram as server
 from controller.security.plain import authenticate_plain, parse_plain
-from controller.security.scram import ScramCredential, ScramError, make_credential
+from controller.security.scram import make_credential
+from metadata.scram import ScramCredential, ScramError
 from odradek.errors import SaslAuthenticationFailedError
 from odradek.security.scram import ScramClient, plain_message
 

@@ -19,11 +19,11 @@ from broker.handlers import list_groups
 from broker.metadata_cache import MetadataCache
 from broker.purgatory import Purgatory
 from broker.replica_manager import ReplicaManager
-from controller.image import MetadataImage, PartitionRegistration, TopicImage, frozen_map
 from log.append import AppendInfo
 from log.clock import ManualClock
 from log.record.header import iter_batches, patch_base_offset
 from log.record.reader import iter_records
+from metadata.image import MetadataImage, PartitionRegistration, TopicImage, frozen_map
 from proto import broker_pb2 as pb
 from replication.errors import NotLeaderOrFollowerError
 from replication.views import Role

@@ -7,7 +7,7 @@ import pytest
 from broker.config import BrokerConfig
 from broker.group.assignors import ASSIGNORS
 from broker.group.config import KNOWN_ASSIGNORS, GroupConfig, java_string_hash, partition_for
-from controller.configs import ConfigError
+from metadata.configs import ConfigError
 
 
 def test_java_string_hash_matches_java() -> None:

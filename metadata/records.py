@@ -2,8 +2,21 @@
 
 One frozen, slotted dataclass per record type, each with a fixed ``TYPE_ID`` (Kafka's api key where Kafka
 has the same record) and a schema ``VERSION``. A record validates its own fields when built, so every
-record that exists can be encoded (:mod:`controller.record_codec`); whether it fits the current image is
-:mod:`controller.image`'s call.
+record that exists can be encoded (:mod:`metadata.record_codec`); whether it fits the current image is
+:mod:`metadata.image`'s call.
+
+The security records, with Kafka's type ids, are records like the others (one registry, one codec):
+
+=====  ==================================  ==========================================================
+type   record                              effect on the image
+=====  ==================================  ==========================================================
+11     :class:`UserScramCredential`        sets one user's credential for one mechanism
+22     :class:`RemoveUserScramCredential`  removes it (the user must have it)
+18     :class:`AccessControlEntry`         adds one ACL binding under a new random id
+19     :class:`RemoveAccessControlEntry`   removes the binding with that id (it must exist)
+=====  ==================================  ==========================================================
+
+Their fields are checked by ``metadata/acl.py`` (A1-A2) and ``metadata/scram.py`` (S1) when built.
 """
 
 from __future__ import annotations
@@ -12,7 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
-from controller._validate import (
+from metadata._validate import (
     INT16_MAX,
     INT32_MAX,
     INT64_MAX,
@@ -24,11 +37,9 @@ from controller._validate import (
     coerce_ids,
     fail,
 )
-from controller.errors import InvalidMetadataRecordError
-from controller.security.records import AccessControlEntry as AccessControlEntry
-from controller.security.records import RemoveAccessControlEntry as RemoveAccessControlEntry
-from controller.security.records import RemoveUserScramCredential as RemoveUserScramCredential
-from controller.security.records import UserScramCredential as UserScramCredential
+from metadata.acl import AclBinding, AclError
+from metadata.errors import InvalidMetadataRecordError
+from metadata.scram import MECHANISMS, ScramCredential, ScramError
 
 NO_LEADER = -1
 """``leader`` of a partition that has none (offline)."""
@@ -341,6 +352,77 @@ class LeaderChange:
         check_int(self, "term", 0, INT64_MAX)
         check_int(self, "leader_id", 0, INT32_MAX)
         check_str(self, "leader_address")
+
+
+# --- the security records (Kafka's type ids) -------------------------------------------------------
+
+
+def _check_mechanism(rec: object, mechanism: str) -> None:
+    if mechanism not in MECHANISMS:
+        fail(rec, f"unknown SCRAM mechanism {mechanism!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredential:
+    """User ``name``'s SCRAM credential for ``credential.mechanism`` (Kafka's UserScramCredentialRecord)."""
+
+    TYPE_ID: ClassVar[int] = 11
+    VERSION: ClassVar[int] = 0
+    name: str
+    credential: ScramCredential
+
+    def __post_init__(self) -> None:
+        check_str(self, "name", nonempty=True)
+        try:
+            self.credential.validate()
+        except ScramError as exc:
+            fail(self, str(exc))
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveUserScramCredential:
+    """User ``name`` loses its credential for ``mechanism``."""
+
+    TYPE_ID: ClassVar[int] = 22
+    VERSION: ClassVar[int] = 0
+    name: str
+    mechanism: str
+
+    def __post_init__(self) -> None:
+        check_str(self, "name", nonempty=True)
+        _check_mechanism(self, self.mechanism)
+
+
+@dataclass(frozen=True, slots=True)
+class AccessControlEntry:
+    """ACL ``binding`` under the id ``acl_id`` (Kafka's AccessControlEntryRecord)."""
+
+    TYPE_ID: ClassVar[int] = 18
+    VERSION: ClassVar[int] = 0
+    acl_id: str
+    binding: AclBinding
+
+    def __post_init__(self) -> None:
+        check_uuid(self, "acl_id", allow_nil=False)
+        try:
+            self.binding.validate()
+        except AclError as exc:
+            fail(self, str(exc))
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntry:
+    """The ACL with id ``acl_id`` is removed."""
+
+    TYPE_ID: ClassVar[int] = 19
+    VERSION: ClassVar[int] = 0
+    acl_id: str
+
+    def __post_init__(self) -> None:
+        check_uuid(self, "acl_id", allow_nil=False)
+
+
+SecurityRecord = UserScramCredential | RemoveUserScramCredential | AccessControlEntry | RemoveAccessControlEntry
 
 
 MetadataRecord = (

@@ -1,6 +1,6 @@
-"""MetadataImage and MetadataDelta (controller/image/); snapshots are in test_snapshot.py.
+"""MetadataImage and MetadataDelta (metadata/image/); snapshots are in test_snapshot.py.
 
-The property tests replay record sequences drawn by ``record_sequences()`` (tests/controller/strategies.py):
+The property tests replay record sequences drawn by ``record_sequences()`` (tests/metadata/strategies.py):
 runs a correct controller could write, each with an independent model of the image it must produce.
 """
 
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from controller.errors import MetadataDecodeError, MetadataError
-from controller.image import (
+from metadata.errors import MetadataDecodeError, MetadataError
+from metadata.image import (
     ConfigResource,
     MetadataDelta,
     MetadataImage,
@@ -23,7 +23,7 @@ from controller.image import (
     TopicIdPartition,
     image_from_records,
 )
-from controller.records import (
+from metadata.records import (
     NO_LEADER,
     BrokerControlledShutdown,
     Config,
@@ -43,8 +43,8 @@ from controller.records import (
     UnfenceBroker,
     UnregisterBroker,
 )
-from controller.snapshot import decode_snapshot, encode_snapshot
-from tests.controller.strategies import (
+from metadata.snapshot import decode_snapshot, encode_snapshot
+from tests.metadata.strategies import (
     MAX_BROKER_ID,
     SETTINGS,
     Model,

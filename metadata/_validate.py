@@ -6,7 +6,7 @@ import re
 import uuid
 from typing import NoReturn
 
-from controller.errors import InvalidMetadataRecordError
+from metadata.errors import InvalidMetadataRecordError
 
 INT16_MAX = 2**15 - 1
 INT32_MAX = 2**31 - 1

@@ -22,9 +22,10 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import NamedTuple, TypeVar
 
-from controller._validate import INT32_MAX
-from controller.errors import MetadataError
-from controller.image.model import (
+from metadata._validate import INT32_MAX
+from metadata.acl import AclBinding
+from metadata.errors import MetadataError
+from metadata.image.model import (
     BrokerRegistration,
     ConfigResource,
     MetadataImage,
@@ -34,8 +35,9 @@ from controller.image.model import (
     TopicImage,
     frozen_map,
 )
-from controller.records import (
+from metadata.records import (
     NO_LEADER,
+    AccessControlEntry,
     BrokerControlledShutdown,
     Config,
     ConfigResourceType,
@@ -48,19 +50,15 @@ from controller.records import (
     PartitionChange,
     ProducerIds,
     RegisterBroker,
+    RemoveAccessControlEntry,
     RemoveTopic,
+    RemoveUserScramCredential,
     Topic,
     UnfenceBroker,
     UnregisterBroker,
-)
-from controller.security.acl import AclBinding
-from controller.security.records import (
-    AccessControlEntry,
-    RemoveAccessControlEntry,
-    RemoveUserScramCredential,
     UserScramCredential,
 )
-from controller.security.scram import ScramCredential
+from metadata.scram import ScramCredential
 
 K = TypeVar("K")
 V = TypeVar("V")

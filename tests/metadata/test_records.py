@@ -1,4 +1,4 @@
-"""The metadata records and their binary encoding (controller/records.py)."""
+"""The metadata records and their binary encoding (metadata/records.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.errors import InvalidMetadataRecordError, MetadataDecodeError, MetadataError
-from controller.record_codec import RECORD_TYPES, decode_record, encode_record
-from controller.records import (
+from metadata.errors import InvalidMetadataRecordError, MetadataDecodeError, MetadataError
+from metadata.record_codec import RECORD_TYPES, decode_record, encode_record
+from metadata.records import (
     BrokerControlledShutdown,
     Config,
     ConfigResourceType,
@@ -32,7 +32,7 @@ from controller.records import (
     UnregisterBroker,
 )
 from proto import metadata_pb2 as pb
-from tests.controller.strategies import RECORD_STRATEGIES, any_record
+from tests.metadata.strategies import RECORD_STRATEGIES, any_record
 
 SETTINGS = settings(
     derandomize=True, deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow]

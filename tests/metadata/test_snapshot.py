@@ -1,4 +1,4 @@
-"""Metadata snapshots (controller/snapshot.py): an image as the minimal run of records that rebuilds it."""
+"""Metadata snapshots (metadata/snapshot.py): an image as the minimal run of records that rebuilds it."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.errors import MetadataDecodeError
-from controller.image import MetadataImage
-from controller.record_codec import encode_record
-from controller.records import NoOp, PartitionChange, Topic
-from controller.snapshot import decode_snapshot, encode_snapshot, snapshot_records
-from tests.controller.strategies import SETTINGS, RecordsAndModel, record_sequences, replay_all, tid
+from metadata.errors import MetadataDecodeError
+from metadata.image import MetadataImage
+from metadata.record_codec import encode_record
+from metadata.records import NoOp, PartitionChange, Topic
+from metadata.snapshot import decode_snapshot, encode_snapshot, snapshot_records
+from tests.metadata.strategies import SETTINGS, RecordsAndModel, record_sequences, replay_all, tid
 
 
 @SETTINGS

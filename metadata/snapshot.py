@@ -13,7 +13,7 @@ Wire format::
     record_count   u32
     record_count times:
         length     u32  the length of the record that follows
-        record     length bytes, as ``controller.record_codec.encode_record`` writes it
+        record     length bytes, as ``metadata.record_codec.encode_record`` writes it
 
 Anything else (bad magic, unknown format, CRC mismatch, truncation, trailing bytes, a record that does not
 decode or does not fit) raises :class:`MetadataDecodeError`.
@@ -25,10 +25,10 @@ import struct
 import zlib
 from collections.abc import Iterator
 
-from controller.errors import MetadataDecodeError, MetadataError
-from controller.image import MetadataImage, image_from_records
-from controller.record_codec import decode_record, encode_record
-from controller.records import (
+from metadata.errors import MetadataDecodeError, MetadataError
+from metadata.image import MetadataImage, image_from_records
+from metadata.record_codec import decode_record, encode_record
+from metadata.records import (
     AccessControlEntry,
     Config,
     FeatureLevel,

@@ -4,14 +4,14 @@
 records on top of one image, says what they changed, and ``apply()`` returns the next image.
 """
 
-from controller.image.delta import (
+from metadata.image.delta import (
     LocalReplicaChanges,
     MetadataDelta,
     PartitionDiff,
     TopicChanges,
     image_from_records,
 )
-from controller.image.model import (
+from metadata.image.model import (
     BrokerRegistration,
     ConfigResource,
     MetadataImage,

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
-from controller.records import NO_LEADER, ConfigResourceType, Endpoint
-from controller.security.acl import AclBinding
-from controller.security.scram import ScramCredential
+from metadata.acl import AclBinding
+from metadata.records import NO_LEADER, ConfigResourceType, Endpoint
+from metadata.scram import ScramCredential
 
 K = TypeVar("K")
 V = TypeVar("V")

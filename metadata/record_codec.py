@@ -1,4 +1,4 @@
-"""The compact binary encoding of the ``__cluster_metadata`` records (:mod:`controller.records`).
+"""The compact binary encoding of the ``__cluster_metadata`` records (:mod:`metadata.records`).
 
 Wire format of one record (``encode_record`` / ``decode_record``)::
 
@@ -23,8 +23,11 @@ from typing import Any
 from google.protobuf import unknown_fields
 from google.protobuf.message import Message
 
-from controller.errors import InvalidMetadataRecordError, MetadataDecodeError
-from controller.records import (
+from metadata.acl import AccessControlEntry as AclEntry
+from metadata.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourcePattern, ResourceType
+from metadata.errors import InvalidMetadataRecordError, MetadataDecodeError
+from metadata.records import (
+    AccessControlEntry,
     BrokerControlledShutdown,
     Config,
     ConfigResourceType,
@@ -38,12 +41,15 @@ from controller.records import (
     PartitionChange,
     ProducerIds,
     RegisterBroker,
+    RemoveAccessControlEntry,
     RemoveTopic,
+    RemoveUserScramCredential,
     Topic,
     UnfenceBroker,
     UnregisterBroker,
+    UserScramCredential,
 )
-from controller.security.records import CODECS as _SECURITY_CODECS
+from metadata.scram import MECHANISM_BY_CODE, MECHANISMS, ScramCredential
 from proto import metadata_pb2 as pb
 
 _HEADER = struct.Struct(
@@ -144,6 +150,58 @@ def _config_from_pb(m: pb.ConfigRecord) -> Config:
     return Config(resource_type, m.resource_name, m.key, m.value if m.HasField("value") else None)
 
 
+def _mechanism_code(mechanism: str) -> int:
+    return MECHANISMS[mechanism][1]
+
+
+def _mechanism_name(code: int) -> str:
+    name = MECHANISM_BY_CODE.get(code)
+    if name is None:
+        raise InvalidMetadataRecordError(f"unknown SCRAM mechanism code {code}")
+    return name
+
+
+def _enum(cls: Any, value: int, what: str) -> Any:
+    try:
+        return cls(value)
+    except ValueError:
+        raise InvalidMetadataRecordError(f"unknown {what} code {value}") from None
+
+
+def _acl_to_pb(r: AccessControlEntry) -> pb.AccessControlEntryRecord:
+    p, e = r.binding.pattern, r.binding.entry
+    return pb.AccessControlEntryRecord(
+        id=_uuid_bytes(r.acl_id), resource_type=p.resource_type, resource_name=p.name,
+        pattern_type=p.pattern_type, principal=e.principal, host=e.host, operation=e.operation,
+        permission_type=e.permission_type,
+    )  # fmt: skip
+
+
+def _acl_from_pb(m: pb.AccessControlEntryRecord) -> AccessControlEntry:
+    pattern = ResourcePattern(
+        _enum(ResourceType, m.resource_type, "resource type"), m.resource_name,
+        _enum(PatternType, m.pattern_type, "pattern type"),
+    )  # fmt: skip
+    entry = AclEntry(
+        m.principal, m.host, _enum(AclOperation, m.operation, "operation"),
+        _enum(AclPermissionType, m.permission_type, "permission type"),
+    )  # fmt: skip
+    return AccessControlEntry(_uuid_str(m.id), AclBinding(pattern, entry))
+
+
+def _scram_to_pb(r: UserScramCredential) -> pb.UserScramCredentialRecord:
+    c = r.credential
+    return pb.UserScramCredentialRecord(
+        name=r.name, mechanism=_mechanism_code(c.mechanism), salt=c.salt, stored_key=c.stored_key,
+        server_key=c.server_key, iterations=c.iterations,
+    )  # fmt: skip
+
+
+def _scram_from_pb(m: pb.UserScramCredentialRecord) -> UserScramCredential:
+    credential = ScramCredential(_mechanism_name(m.mechanism), m.salt, m.stored_key, m.server_key, m.iterations)
+    return UserScramCredential(m.name, credential)
+
+
 @dataclass(frozen=True, slots=True)
 class _Codec:
     message: type[Message]
@@ -225,9 +283,19 @@ _CODECS: dict[type[Any], _Codec] = {
         lambda r: pb.LeaderChangeRecord(term=r.term, leader_id=r.leader_id, leader_address=r.leader_address),
         lambda m: LeaderChange(m.term, m.leader_id, m.leader_address),
     ),
+    UserScramCredential: _Codec(pb.UserScramCredentialRecord, _scram_to_pb, _scram_from_pb),
+    RemoveUserScramCredential: _Codec(
+        pb.RemoveUserScramCredentialRecord,
+        lambda r: pb.RemoveUserScramCredentialRecord(name=r.name, mechanism=_mechanism_code(r.mechanism)),
+        lambda m: RemoveUserScramCredential(m.name, _mechanism_name(m.mechanism)),
+    ),
+    AccessControlEntry: _Codec(pb.AccessControlEntryRecord, _acl_to_pb, _acl_from_pb),
+    RemoveAccessControlEntry: _Codec(
+        pb.RemoveAccessControlEntryRecord,
+        lambda r: pb.RemoveAccessControlEntryRecord(id=_uuid_bytes(r.acl_id)),
+        lambda m: RemoveAccessControlEntry(_uuid_str(m.id)),
+    ),
 }
-
-_CODECS.update({cls: _Codec(*codec) for cls, codec in _SECURITY_CODECS.items()})
 
 RECORD_TYPES: Mapping[int, type[Any]] = MappingProxyType({cls.TYPE_ID: cls for cls in _CODECS})
 """Every record class by its type id."""

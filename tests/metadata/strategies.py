@@ -16,11 +16,23 @@ from typing import Any, TypeVar
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from controller._validate import INT16_MAX, INT32_MAX, INT64_MAX
-from controller.image import MetadataDelta, MetadataImage
-from controller.records import (
+from metadata._validate import INT16_MAX, INT32_MAX, INT64_MAX
+from metadata.acl import (
+    AccessControlEntry as AclEntry,
+)
+from metadata.acl import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from metadata.image import MetadataDelta, MetadataImage
+from metadata.records import (
     NO_LEADER,
     PRODUCER_ID_BLOCK_SIZE,
+    AccessControlEntry,
     BrokerControlledShutdown,
     Config,
     ConfigResourceType,
@@ -34,29 +46,15 @@ from controller.records import (
     PartitionChange,
     ProducerIds,
     RegisterBroker,
+    RemoveAccessControlEntry,
     RemoveTopic,
+    RemoveUserScramCredential,
     Topic,
     UnfenceBroker,
     UnregisterBroker,
-)
-from controller.security.acl import (
-    AccessControlEntry as AclEntry,
-)
-from controller.security.acl import (
-    AclBinding,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
-)
-from controller.security.records import (
-    AccessControlEntry,
-    RemoveAccessControlEntry,
-    RemoveUserScramCredential,
     UserScramCredential,
 )
-from controller.security.scram import ScramCredential
+from metadata.scram import ScramCredential
 
 T = TypeVar("T")
 NIL_UUID = str(uuid.UUID(int=0))
@@ -212,7 +210,7 @@ class ModelTopic:
 
 @dataclass
 class Model:
-    """What the image must hold after a sequence: written independently of controller.image."""
+    """What the image must hold after a sequence: written independently of metadata.image."""
 
     term: int = -1
     controller_id: int = -1
