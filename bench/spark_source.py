@@ -1,7 +1,7 @@
 """Figures of the Spark data source against a running cluster: sink vs plain producer, reads, micro-batch latency.
 
     odradek up --brokers 1 --controllers 1 --data-dir /tmp/od-bench       # in another terminal
-    python -m spark.bench --bootstrap-servers 127.0.0.1:9092 [--records 1000000] [--json]
+    python -m bench.spark_source --bootstrap-servers 127.0.0.1:9092 [--records 1000000] [--json]
 
 1. **write: the sink against the plain producer**: after an untimed 1000-record write (the session's first
    job starts the Python workers and warms the JVM up), alternated ``--write-runs`` times: the plain
@@ -16,8 +16,9 @@
 3. **batch read**: ``spark.read.format("odradek")`` of that topic, every value's length summed (so every
    record crosses from the reader to the JVM): records/s over the whole job, best of ``--read-runs``.
 4. **micro-batch latency**: a streaming query (default trigger: as fast as it can; ``--trigger-interval``
-   for a processing-time trigger) over a second topic while a producer sends ``--stream-rate`` records/s
-   for ``--stream-seconds``; per micro-batch, the trigger's duration (Spark's ``triggerExecution``) and the
+   for a processing-time trigger) over a second topic, warmed up by three micro-batches of a few records (not
+   counted), while a producer sends ``--stream-rate`` records/s for ``--stream-seconds``; per micro-batch,
+   the trigger's duration (Spark's ``triggerExecution``) and the
    age of its oldest and newest record when the batch's rows reached the driver (``foreachBatch``
    collecting them). Percentiles (p50, p99) over the batches, and the p50 of each part of a trigger as
    Spark reports it (``latestOffset``, ``queryPlanning``, ``walCommit``, ``addBatch``, ``commitOffsets``)
@@ -48,6 +49,8 @@ from odradek import Admin, NewTopic, Producer
 
 PARTS = ("write", "stream-write", "read", "latency")
 WARM_UP_RECORDS = 1000  # written by the sink before the timed runs (not counted)
+WARM_UP_BATCHES = 3  # micro-batches with records before the latency run's traffic (not counted)
+WARM_UP_TIMEOUT_S = 600.0
 TRIGGER_PARTS = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
 
 
@@ -215,14 +218,31 @@ def bench_latency(
                 if delay > 0:
                     time.sleep(delay)
 
-    time.sleep(5)  # the first triggers (planning, worker start) are not steady state
+    # Warm-up, not measured: the first micro-batches start the Python workers (tens of seconds on a busy machine).
+    # A record is sent again every second until a micro-batch brings it: the query resolves its starting
+    # offsets (latest) only at its first trigger, so a record sent before that is never read.
+    deadline = time.monotonic() + WARM_UP_TIMEOUT_S
+    with Producer({"bootstrap.servers": servers}) as producer:
+        while len(collects) < WARM_UP_BATCHES:
+            seen = len(collects)
+            producer.send(topic, value=b"warm-up")
+            producer.flush()
+            resend_at = time.monotonic() + 1
+            while len(collects) == seen and time.monotonic() < resend_at:
+                time.sleep(0.02)
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the streaming query read no record within {WARM_UP_TIMEOUT_S:.0f} s")
+    time.sleep(1)
+    warm = query.lastProgress["batchId"] if query.lastProgress else -1
+    for measured in (ages_oldest, ages_newest, collects):
+        measured.clear()
     thread = threading.Thread(target=produce, daemon=True)
     thread.start()
     time.sleep(seconds)
     stop.set()
     thread.join(30)
     time.sleep(3)
-    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    progress = [p for p in query.recentProgress if p["numInputRows"] and p["batchId"] > warm]
     query.stop()
     triggers = [float(p["durationMs"]["triggerExecution"]) for p in progress]
     parts = {part: percentile([float(p["durationMs"].get(part, 0)) for p in progress], 0.5) for part in TRIGGER_PARTS}
@@ -249,7 +269,7 @@ def key_values(pairs: list[str], flag: str) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spark.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.spark_source", description=__doc__.split("\n")[0])
     parser.add_argument("--bootstrap-servers", default=os.environ.get("ODRADEK_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--record-size", type=int, default=100)
