@@ -30,13 +30,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy log odradek metadata controller broker replication chaos spark bench
+	$(BIN)/mypy log odradek metadata controller broker replication chaos spark bench tests/support
 
 pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(BIN)/python -m log.bench
+	$(BIN)/python -m bench.storage
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -266,7 +266,7 @@ def test_the_resolver_tells_references_from_other_words(tmp_path: Path) -> None:
     doc = ROOT / "docs" / "ARCHITECTURE.md"
     good = ["broker/purgatory.py", "log/record/", "broker.purgatory.Purgatory.check_and_complete",
             "Purgatory.try_complete_else_watch", "odradek.cli:main", "MetadataDelta.replay(record)",
-            "python -m log.bench", "linger.ms", "log.retention.ms", "odradek.Producer",
+            "python -m bench.storage", "linger.ms", "log.retention.ms", "odradek.Producer",
             "odradek-data/cluster.json", "cluster.json", "odradek:latest", "test_log.py",
             "deploy/build/context/", "Partition.read", "replication.partition.Partition.read"]  # fmt: skip
     bad = ["broker/purgatory_nope.py", "log/records/", "broker.purgatory.Purgatory.no_such_method",

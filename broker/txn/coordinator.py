@@ -21,7 +21,8 @@ Threads and locks (one owner per state machine):
   is no longer this broker's: the next coordinator loads the Prepare* state and writes the markers again
   (TC11; markers are idempotent for a partition: a second COMMIT of a closed transaction closes nothing).
 * **The coordinator thread** loads a shard when this broker becomes leader of its partition (replays the
-  log; requests meanwhile answer COORDINATOR_LOAD_IN_PROGRESS), queues the markers of what the log left
+  log to its end, past the high watermark, as the group coordinator does: :func:`read_records`; requests
+  meanwhile answer COORDINATOR_LOAD_IN_PROGRESS), queues the markers of what the log left
   decided, and every ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` aborts the transactions
   older than their timeout (TC9); every ``transaction.remove.expired.transaction.cleanup.interval.ms`` it
   expires idle transactional ids (TC10).
@@ -36,7 +37,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -49,6 +50,7 @@ from broker.txn.errors import TxnError
 from broker.txn.records import decode_record, encode_record
 from broker.txn.state import PREPARED, Decision, TopicPartition, TransactionStateManager, TxnMetadata
 from log.clock import Clock
+from log.log import Log
 from log.record.builder import build_batch
 from log.record.reader import iter_batches_with_records
 from replication.partition import Partition
@@ -380,7 +382,7 @@ class TransactionCoordinator:
         if partition is None or self._shards.get(shard.partition) is not shard:
             return
         try:
-            records = list(self._read_records(partition))
+            records = list(read_records(partition.log))
         except Exception as exc:  # RecordFormatError, CorruptRecordError, StorageError
             shard.failure = f"cannot load {TXN_TOPIC}-{shard.partition}: {exc!r}"
             logger.warning("broker %d: %s", self.broker_id, shard.failure)
@@ -396,20 +398,6 @@ class TransactionCoordinator:
                     len(decided))  # fmt: skip
         for metadata in decided:
             self._submit_markers(shard, metadata)
-
-    def _read_records(self, partition: Partition) -> Iterable[tuple[str, TxnMetadata | None]]:
-        log = partition.log
-        offset = log.log_start_offset
-        end = partition.high_watermark  # what was acknowledged; the tail above may still be lost
-        while offset < end:
-            data = log.read(offset, LOAD_BUFFER_BYTES, max_offset=end, min_one_batch=True)
-            if not data.records:
-                break
-            for header, records in iter_batches_with_records(data.records):
-                offset = header.next_offset
-                for r in records:
-                    if not r.is_control:
-                        yield decode_record(r.key, r.value)
 
     def _tick(self) -> None:
         now_mono = self.clock.monotonic_ms()
@@ -460,6 +448,26 @@ class TransactionCoordinator:
         if self._shards.get(shard.partition) is not shard:
             raise TxnError(E.NOT_COORDINATOR, f"broker {self.broker_id} stopped coordinating "
                            f"{TXN_TOPIC}-{shard.partition}")  # fmt: skip
+
+
+def read_records(log: Log) -> Iterator[tuple[str, TxnMetadata | None]]:
+    """Every record of a ``__transaction_state`` partition this broker has just come to lead, to its log end
+    (TC11), as Kafka's ``loadTransactionsForTxnTopicPartition`` reads. Not only to the high watermark: a new
+    leader's lags the records the previous leader acknowledged (they are in this log, and become committed as
+    the followers catch up), and a load stopping there missed the latest state of an id: an Ongoing
+    transaction whose InitProducerId then bumped the epoch without aborting it, its records on a partition
+    left open, to be committed by the next transaction's marker (found by the chaos harness)."""
+    offset = log.log_start_offset
+    end = log.log_end_offset
+    while offset < end:
+        data = log.read(offset, LOAD_BUFFER_BYTES, max_offset=end, min_one_batch=True)
+        if not data.records:
+            break
+        for header, records in iter_batches_with_records(data.records):
+            offset = header.next_offset
+            for r in records:
+                if not r.is_control:
+                    yield decode_record(r.key, r.value)
 
 
 def _raise(decision: Decision) -> None:

@@ -84,7 +84,7 @@ def docker(*args: str, timeout_s: float = DOCKER_TIMEOUT_S, env: Mapping[str, st
 
 
 def free_host_ports(count: int) -> list[int]:
-    from controller.quorum_node import free_ports
+    from controller.ports import free_ports
 
     return list(free_ports(count))
 

@@ -54,9 +54,9 @@ from typing import Any
 
 import grpc
 
-from controller.launcher import wait_until as wait_for
-from controller.quorum_node import free_ports
+from controller.ports import free_ports
 from proto import broker_pb2, broker_pb2_grpc, controller_pb2, controller_pb2_grpc
+from tests.support.launcher import wait_until as wait_for
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 40.0

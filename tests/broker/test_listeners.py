@@ -153,7 +153,7 @@ def test_a_broker_process_serves_each_listener_its_own_addresses(tmp_path: Path)
 
 
 def _free_port() -> int:
-    from controller.quorum_node import free_ports
+    from controller.ports import free_ports
 
     (port,) = free_ports(1)
     return port

@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from controller.launcher import wait_until as wait_for
 from odradek.launcher.children import pid_alive, ports_in_use
 from odradek.launcher.plan import plan_cluster
+from tests.support.launcher import wait_until as wait_for
 
 COMMAND_TIMEOUT_S = 120.0
 READY_TIMEOUT_S = 120.0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from controller.launcher import wait_until
 from log.record import parse_header
 from log.record.header import BatchHeader
 from odradek import Producer, TopicPartition
@@ -14,6 +13,7 @@ from odradek.accumulator import ProducerBatch
 from odradek.errors import OutOfOrderSequenceNumberError
 from odradek.idempotence import IdempotenceState, Verdict
 from tests.clients.fake_broker import LOSE_RESPONSE, FakeCluster
+from tests.support.launcher import wait_until
 
 T0 = TopicPartition("t", 0)
 T1 = TopicPartition("t", 1)

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from controller.launcher import wait_until
 from log.record import parse_header
 from odradek import Producer, TopicPartition
 from odradek.errors import NetworkError
 from odradek.net import ClusterClient
 from tests.clients.fake_broker import FakeCluster
+from tests.support.launcher import wait_until
 
 
 def test_produce_calls_start_on_the_sender_thread_in_sequence_order(

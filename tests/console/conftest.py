@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from controller.launcher import wait_until
-from controller.quorum_node import free_ports
+from controller.ports import free_ports
 from tests.broker.cluster import Cluster
+from tests.support.launcher import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "console"

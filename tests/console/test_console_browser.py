@@ -243,7 +243,7 @@ def test_the_lag_chart_draws_the_sampled_lag(browser: Any, console: ConsoleProce
         load(browser, console, "/groups/billing")
         return len(browser.find_elements(by().CSS_SELECTOR, "#lag-chart svg polyline")) >= 1
 
-    from controller.launcher import wait_until
+    from tests.support.launcher import wait_until
 
     wait_until(sampled, WAIT_S, "two lag samples in the chart")
     data.alter_group_offsets("billing", {TopicPartition("clicks", 0): 60})  # lag of partition 0 goes to 0
@@ -262,7 +262,7 @@ def test_under_replicated_partitions_are_highlighted(browser: Any, console: Cons
             load(browser, console, "/topics/orders")
             return len(browser.find_elements(by().CSS_SELECTOR, "#partitions tr.bad")) == 3
 
-        from controller.launcher import wait_until
+        from tests.support.launcher import wait_until
 
         wait_until(highlighted, WAIT_S, "every orders partition highlighted as under-replicated")
         assert "under-replicated" in text(browser, "partitions")

@@ -21,12 +21,12 @@ import grpc
 import pytest
 
 from controller.client import ControllerClient, ControllerUnavailableError
-from controller.launcher import LocalQuorum, addresses_of, wait_until
 from metadata.image import MetadataDelta, MetadataImage
 from metadata.record_codec import decode_record, encode_record
 from metadata.records import ConfigResourceType, FenceBroker, LeaderChange, MetadataRecord, Topic
 from metadata.snapshot import decode_snapshot
 from proto import controller_pb2 as pb
+from tests.support.launcher import LocalQuorum, addresses_of, wait_until
 
 CONFIG = {
     "broker.session.timeout.ms": "2000",

@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
-from controller.quorum_node import concat_fold, free_ports, history, marker_payload
+from controller.ports import free_ports
 from controller.raft.errors import InsecureConfigError, NotActiveError, QuorumStorageError
 from controller.raft.events import ApplyEvent, RecordsApplied, StateReset
 from controller.raft.quorum import MetadataQuorum
 from controller.raft.state import NOT_CONTROLLER, REQUEST_TIMED_OUT, AppendResult
 from controller.raft.tuning import QuorumTuning
+from tests.support.quorum_node import concat_fold, history, marker_payload
 
 SECRET = "cluster-secret-for-tests"
 WAIT_S = 15.0

@@ -25,7 +25,7 @@ import pytest
 from pysyncobj import SyncObjConf
 from pysyncobj.node import TCPNode
 
-from controller.quorum_node import free_ports
+from controller.ports import free_ports
 from controller.raft.journal import DurableJournal, provide_journal
 from controller.raft.node import AckFlushingTransport, RaftNode
 from controller.raft.patches import cap_leader_commit, install_log_filter

@@ -1,4 +1,4 @@
-"""Crash tests with one process per voter (controller.quorum_node), killed with SIGKILL.
+"""Crash tests with one process per voter (tests.support.quorum_node), killed with SIGKILL.
 
 SIGKILL leaves what the page cache holds: this checks the crash paths (no close, no final flush or meta
 write), not a power loss, which no test here can produce.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.bench_quorum import find_active
-from controller.quorum_node import MARKER_PREFIX, NodeProcess, free_ports
+from controller.ports import free_ports
+from tests.support.quorum_node import MARKER_PREFIX, NodeProcess, find_active
 
 TUNING = {"log_compaction_min_entries": 40, "state_max_records_before_snapshot": 60}
 

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.quorum_node import concat_fold, split_concat_snapshot
 from controller.raft.errors import StateDecodeError
 from controller.raft.state import (
     FENCED_LEADER_EPOCH,
@@ -21,6 +20,7 @@ from controller.raft.state import (
     MetadataLogState,
     NeedsSnapshot,
 )
+from tests.support.quorum_node import concat_fold, split_concat_snapshot
 
 
 def new_state(**kw: int) -> MetadataLogState:

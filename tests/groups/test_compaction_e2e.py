@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from controller.launcher import wait_until
 from odradek import Consumer, Producer, TopicPartition
 from tests.broker.cluster import Cluster
+from tests.support.launcher import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from controller.launcher import wait_until
 from odradek import Admin, Consumer, KafkaError, Producer, TopicPartition
 from odradek.errors import FencedInstanceIdError
 from odradek.group import ConsumerRebalanceListener
 from odradek.group.coordinator import find_coordinator
 from odradek.net import ClusterClient
 from tests.broker.cluster import Cluster
+from tests.support.launcher import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.launcher import wait_until
-from controller.quorum_node import free_ports
+from controller.ports import free_ports
 from log.clock import SystemClock
 from log.config import LogConfig
 from log.log import Log
@@ -25,6 +24,7 @@ from log.producer_state_file import list_snapshots, load
 from odradek import Admin, Consumer, Producer, TopicPartition
 from tests.broker.cluster import Cluster
 from tests.idempotence.proxy import LossyProxy
+from tests.support.launcher import wait_until
 
 pytestmark = pytest.mark.slow
 

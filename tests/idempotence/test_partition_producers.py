@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from controller.launcher import wait_until
 from log.append import AppendInfo
 from log.clock import ManualClock
 from log.config import LogConfig
@@ -23,6 +22,7 @@ from log.producer_state_file import list_snapshots
 from log.record import build_batch
 from replication.errors import NotLeaderOrFollowerError
 from replication.partition import Partition
+from tests.support.launcher import wait_until
 
 START_MS = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=1024)

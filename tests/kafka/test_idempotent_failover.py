@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from controller.quorum_node import free_ports
+from controller.ports import free_ports
 from tests.broker.cluster import Cluster
 from tests.kafka.conftest import KAFKA_BROKER_CONFIG
 from tests.kafka.proxy import LossyKafkaProxy

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from controller.launcher import wait_until
 from log.cleaner.cleaner import Cleaner
 from log.cleaner.manager import CHECKPOINT_FILE, CleanerManager, LogCleaner
 from log.cleaner.plan import CleanerConfig, cleanable_range
@@ -29,6 +28,7 @@ from log.segment import LOG_SUFFIX, Segment, file_stem
 from tests.log.conftest import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, START_MS, OpenLog, small_config
 from tests.log.test_cleaner_support import Rec, clean, keyed_batch, read_all, read_batches
 from tests.log.test_record_codec import recrc
+from tests.support.launcher import wait_until
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

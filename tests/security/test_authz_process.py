@@ -122,29 +122,37 @@ def test_sasl_and_acls(secured: tuple[Cluster, TlsFiles]) -> None:
                 assert bob_admin.list_topics() == ["orders"]  # WRITE implies DESCRIBE
         assert produce(bob, "orders", [b"a", b"b"]) == [0, 1]
 
-        # --- consuming needs READ on the topic and on the group ---
+        # --- consuming needs READ on the group and on the topic: assign() with a group.id looks the group's
+        # committed offsets up first (OffsetFetch needs the group), as Kafka's consumer does ---
+        orders = TopicPartition("orders", 0)
         consumer_config = {**bob, "group.id": "billing", "auto.offset.reset": "earliest",
                            "enable.auto.commit": False, "default.api.timeout.ms": 5000}  # fmt: skip
         consumer = Consumer(consumer_config)
         try:
-            consumer.assign([TopicPartition("orders", 0)])
+            consumer.assign([orders])
+            expect(GroupAuthorizationFailedError, lambda: consumer.poll(timeout_ms=3000))
+            expect(GroupAuthorizationFailedError, lambda: consumer.commit({orders: 2}))
+        finally:
+            consumer.close()
+        alice.create_acls([acl("User:bob", AclOperation.READ, ResourceType.GROUP, "bill", PatternType.PREFIXED)])
+        consumer = Consumer(consumer_config)
+        try:
+            consumer.assign([orders])
             expect(TopicAuthorizationFailedError, lambda: consumer.poll(timeout_ms=3000))
         finally:
             consumer.close()
         alice.create_acls([acl("User:bob", AclOperation.READ)])
         consumer = Consumer(consumer_config)
         try:
-            consumer.assign([TopicPartition("orders", 0)])
+            consumer.assign([orders])
             seen: list[bytes | None] = []
             for _ in range(40):
                 seen += [r.value for r in consumer.poll(timeout_ms=250)]
                 if len(seen) >= 2:
                     break
             assert seen == [b"a", b"b"]
-            expect(GroupAuthorizationFailedError, lambda: consumer.commit({TopicPartition("orders", 0): 2}))
-            alice.create_acls([acl("User:bob", AclOperation.READ, ResourceType.GROUP, "bill", PatternType.PREFIXED)])
-            consumer.commit({TopicPartition("orders", 0): 2})
-            assert consumer.committed(TopicPartition("orders", 0)) == 2
+            consumer.commit({orders: 2})
+            assert consumer.committed(orders) == 2
         finally:
             consumer.close()
 

@@ -21,7 +21,7 @@ def console_overview(env: dict[str, str], servers: str, properties: Path) -> Non
     import time
     import urllib.request
 
-    from controller.quorum_node import free_ports
+    from controller.ports import free_ports
 
     port = free_ports(1)[0]
     console = subprocess.Popen(

@@ -1,6 +1,6 @@
 """Benchmark of the metadata quorum on a local 3-voter cluster (separate processes on 127.0.0.1).
 
-    python -m controller.bench_quorum [--appends 500] [--records 1] [--trials 7] [--no-fsync]
+    python -m bench.raft_quorum [--appends 500] [--records 1] [--trials 7] [--no-fsync]
 
 Prints, asserts nothing:
 
@@ -22,17 +22,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from controller.quorum_node import NodeProcess, free_ports
-
-
-def find_active(nodes: Sequence[NodeProcess], timeout_s: float) -> NodeProcess:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for node in nodes:
-            if node.alive() and node.request("status", wait_s=5)["active"]:
-                return node
-        time.sleep(0.01)
-    raise TimeoutError(f"no active node within {timeout_s} s")
+from controller.ports import free_ports
+from tests.support.quorum_node import NodeProcess, find_active
 
 
 def _wait_all_connected(nodes: Sequence[NodeProcess], timeout_s: float) -> None:
@@ -108,7 +99,7 @@ def _failover_trial(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m controller.bench_quorum", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.raft_quorum", description=__doc__)
     parser.add_argument("--appends", type=int, default=500)
     parser.add_argument("--records", type=int, default=1)
     parser.add_argument("--trials", type=int, default=7)

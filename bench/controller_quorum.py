@@ -1,6 +1,6 @@
 """Benchmark of the controller quorum: three ``odradek controller`` processes on 127.0.0.1.
 
-    python -m controller.bench [--trials 5] [--commits 300] [--topics 100] [--big-partitions 1000] [--no-fsync]
+    python -m bench.controller_quorum [--trials 5] [--commits 300] [--topics 100] [--big-partitions 1000] [--no-fsync]
 
 Prints, asserts nothing (figures are measured by a client over gRPC, so they include the RPC, the queue to
 the controller thread, the Raft commit on a majority with fsync, and the apply):
@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 import grpc
 
 from controller.client import ControllerClient, ControllerUnavailableError
-from controller.launcher import LocalQuorum, addresses_of, wait_until
 from proto import controller_pb2 as pb
+from tests.support.launcher import LocalQuorum, addresses_of, wait_until
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -184,7 +184,7 @@ def _unfenced(client: ControllerClient) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m controller.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.controller_quorum", description=__doc__)
     parser.add_argument("--trials", type=int, default=5, help="failover trials")
     parser.add_argument("--commits", type=int, default=300, help="sequential AlterConfigs")
     parser.add_argument("--topics", type=int, default=100, help="sequential CreateTopics of one partition")

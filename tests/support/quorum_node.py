@@ -2,7 +2,7 @@
 
 Server (the child)::
 
-    ODRADEK_CLUSTER_SECRET=... python -m controller.quorum_node --node-id 1 --data-dir DIR \\
+    ODRADEK_CLUSTER_SECRET=... python -m tests.support.quorum_node --node-id 1 --data-dir DIR \\
         --voters 0=127.0.0.1:7000,1=127.0.0.1:7001,2=127.0.0.1:7002 [--tuning '{"fsync": false}']
 
 It prints ``{"ready": true}`` once started, then answers one JSON request per stdin line with one JSON
@@ -33,7 +33,6 @@ import time
 from collections.abc import Sequence
 from typing import IO, Any
 
-from controller.ports import free_ports as free_ports  # reserved across processes (controller.ports)
 from controller.raft.errors import NotActiveError
 from controller.raft.quorum import MetadataQuorum
 from controller.raft.state import NeedsSnapshot
@@ -143,7 +142,7 @@ def _append(quorum: MetadataQuorum, req: dict[str, Any], *, wait_active: bool) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m controller.quorum_node")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.quorum_node")
     parser.add_argument("--node-id", type=int, required=True)
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--voters", required=True, help="id=host:port,id=host:port,...")
@@ -215,11 +214,11 @@ class NodeProcess:
         self.node_id = node_id
         os.makedirs(data_dir, exist_ok=True)
         argv = [
-            sys.executable, "-m", "controller.quorum_node", "--node-id", str(node_id), "--data-dir", data_dir,
+            sys.executable, "-m", "tests.support.quorum_node", "--node-id", str(node_id), "--data-dir", data_dir,
             "--voters", ",".join(f"{k}={v}" for k, v in voters.items()), "--tuning", json.dumps(tuning or {}),
         ]  # fmt: skip
         env = dict(os.environ, ODRADEK_CLUSTER_SECRET=secret)
-        root = cwd or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = cwd or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         self._stderr = open(os.path.join(data_dir, f"node-{node_id}.stderr"), "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -287,6 +286,16 @@ class NodeProcess:
                 with contextlib.suppress(BrokenPipeError):
                     stream.close()
         self._stderr.close()
+
+
+def find_active(nodes: Sequence[NodeProcess], timeout_s: float) -> NodeProcess:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for node in nodes:
+            if node.alive() and node.request("status", wait_s=5)["active"]:
+                return node
+        time.sleep(0.01)
+    raise TimeoutError(f"no active node within {timeout_s} s")
 
 
 if __name__ == "__main__":

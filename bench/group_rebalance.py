@@ -1,7 +1,7 @@
 """Consumer-group figures against a running cluster: time for a group of 3 to stabilize, and time from a
 member's crash (SIGKILL) to its partitions being consumed again.
 
-    python -m odradek.perf.groups_bench [--bootstrap-servers H:P,...] [--runs 3] [--session-timeout-ms 45000]
+    python -m bench.group_rebalance [--bootstrap-servers H:P,...] [--runs 3] [--session-timeout-ms 45000]
 
 Each run creates a 6-partition topic and starts three member processes (``multiprocessing``, spawn)
 subscribed to it. *Stabilize*: from the last member's ``subscribe`` until the six partitions are owned
@@ -127,7 +127,7 @@ def one_run(bootstrap: str, session_timeout_ms: int) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> int:
     from odradek.bootstrap import resolve_bootstrap_servers
 
-    parser = argparse.ArgumentParser(prog="python -m odradek.perf.groups_bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.group_rebalance", description=__doc__.split("\n")[0])
     parser.add_argument("--bootstrap-servers", metavar="HOST:PORT[,...]")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--session-timeout-ms", type=int, default=45000)

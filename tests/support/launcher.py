@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, TypeVar
 
-from controller.quorum_node import free_ports
+from controller.ports import free_ports
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""Figures of the group state machine alone (no I/O): ``python -m broker.group.bench [--json]``.
+"""Figures of the group state machine alone (no I/O): ``python -m bench.group_state [--json]``.
 
 * join storm: N members join a group over P partitions and heartbeat round-robin until the group is
   Stable and every partition is owned once (heartbeats needed, wall time);

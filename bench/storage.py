@@ -1,4 +1,4 @@
-"""Storage-engine benchmark: ``python -m log.bench [--json]``.
+"""Storage-engine benchmark: ``python -m bench.storage [--json]``.
 
 Figures (records are 100-byte values, no key, 1,000 records a batch, uncompressed):
 
@@ -229,7 +229,7 @@ def bench_append(runs: int, total_bytes: int) -> dict[str, float]:
 
 def report(figures: dict[str, Any]) -> None:
     where = f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs"
-    print(f"odradek log.bench, {where}")
+    print(f"odradek bench.storage, {where}")
     print(
         f"  Log.append       {figures['append_mb_per_sec']:10.1f} MiB/s   "
         f"(plain file writes {figures['plain_write_mb_per_sec']:.1f} MiB/s, "
@@ -252,7 +252,7 @@ def report(figures: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m log.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.storage", description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="end the output with one JSON line")
     parser.add_argument("--rounds", type=int, default=CODEC_ROUNDS, help="codec rounds (default 30)")
     parser.add_argument("--append-mib", type=int, default=APPEND_TOTAL_BYTES // MIB, help="append volume")

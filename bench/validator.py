@@ -1,4 +1,4 @@
-"""Leader record validation benchmark: ``python -m log.validator_bench [--json]`` (issue 15's figures).
+"""Leader record validation benchmark: ``python -m bench.validator [--json]`` (issue 15's figures).
 
 For batches of ``--records`` (1,000) records of ``--value-bytes`` (100) bytes, null keys, one per codec
 (none, gzip, lz4, zstd), prints per codec, best of ``--repeat`` (5) runs of ``--batches`` (200) batches::
@@ -87,7 +87,7 @@ def gzip_members() -> dict[int, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m log.validator_bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.validator", description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1000)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--batches", type=int, default=200)

@@ -1,4 +1,4 @@
-"""Log compaction benchmark: ``python -m log.cleaner_bench [--json]`` (issue 6's figure).
+"""Log compaction benchmark: ``python -m bench.cleaner [--json]`` (issue 6's figure).
 
 Builds a log of ``--records`` (default 1,000,000) keyed records over ``--keys`` (default 10,000) keys,
 ``--value-bytes`` (100) values, ``--batch-records`` (100) records a batch, in ``--segment-bytes``
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m log.cleaner_bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.cleaner", description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--value-bytes", type=int, default=100)
