@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy log odradek metadata controller broker replication chaos spark bench tests/support
+	$(BIN)/mypy common log odradek metadata controller broker replication chaos spark bench tests/support
 
 pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)

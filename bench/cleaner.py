@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.clock import SystemClock
 from log.cleaner.cleaner import Cleaner
 from log.cleaner.plan import CleanerConfig, cleanable_range
-from log.clock import SystemClock
 from log.config import LogConfig
 from log.log import Log
 from log.record import build_batch, codec_from_name

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from broker.group.config import GroupConfig
 from broker.group.records import CoordinatorRecord, OffsetCommitKey, OffsetCommitValue, TopicPartition, decode_record
 from broker.group.shard import GroupShard, Heartbeat
-from log.clock import ManualClock
+from common.clock import ManualClock
 
 
 @dataclass

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from log.clock import SystemClock
+from common.clock import SystemClock
 from log.config import LogConfig
 from log.log import Log
 from log.record import HEADER_SIZE, BatchBuilder, build_batch, read_batch

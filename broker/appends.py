@@ -16,15 +16,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from broker.delayed_produce import DelayedProduce, ProduceStatus
 from broker.log_manager import TopicPartition
+from broker.purgatory import DelayedOperation, Purgatory
+from common.clock import Clock
 from log.append import AppendInfo
 from replication.partition import Partition, Verifier
 
-if TYPE_CHECKING:
-    from broker.replica_manager import ReplicaManager
+
+class Replicas(Protocol):
+    """What a :class:`PendingAppend` uses of the ``ReplicaManager`` (which imports this module, not the other
+    way round)."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def produce_purgatory(self) -> Purgatory[DelayedOperation]: ...
+
+    def partition(self, topic: str, partition: int) -> Partition | None: ...
+
+    def complete_delayed(self, *keys: TopicPartition) -> None: ...
 
 WAIT_SLACK_S = 5.0  # beyond the timeout, in case the purgatory's timer thread is late
 
@@ -51,7 +65,7 @@ class PendingAppend:
     ISR has them."""
 
     def __init__(
-        self, manager: ReplicaManager, entries: Sequence[tuple[Partition, bytes | memoryview]], acks: int,
+        self, manager: Replicas, entries: Sequence[tuple[Partition, bytes | memoryview]], acks: int,
         deadline_ms: float, leader_epoch: int | None, wait: bool, verify: Verifier | None = None,
     ) -> None:  # fmt: skip
         self.results: list[AppendResult] = []

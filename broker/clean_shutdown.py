@@ -17,7 +17,8 @@ import json
 import logging
 from pathlib import Path
 
-from log.checkpoint import fsync_dir, write_atomically
+from common.files import fsync_dir
+from log.checkpoint import write_file
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ def record(data_dir: str | Path, broker_epoch: int) -> None:
     if broker_epoch < 0:
         return  # never registered: nothing to vouch for
     body = json.dumps({"version": 0, "broker_epoch": broker_epoch}).encode()
-    write_atomically(Path(data_dir) / FILE_NAME, body)
+    write_file(Path(data_dir) / FILE_NAME, body)
 
 
 def take_previous_epoch(data_dir: str | Path) -> int | None:

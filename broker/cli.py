@@ -45,7 +45,8 @@ import sys
 import threading
 from typing import Any
 
-from odradek.errors import CliError
+from common.errors import CommandError
+from controller.cli import parse_address
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 LISTENER = "PLAINTEXT"  # broker.lifecycle.LISTENER, the inter-broker listener (not imported: it pulls in grpc)
@@ -77,13 +78,6 @@ def add_broker_parser(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def parse_address(text: str, what: str) -> str:
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise CliError(f"{what} must be HOST:PORT, got {text!r}")
-    return text.strip()
-
-
 def parse_listeners(text: str, option: str) -> dict[str, str]:
     """``NAME://HOST:PORT,...`` (or a bare ``HOST:PORT``, the PLAINTEXT listener) as ``{NAME: HOST:PORT}``."""
     result: dict[str, str] = {}
@@ -91,58 +85,61 @@ def parse_listeners(text: str, option: str) -> dict[str, str]:
         name, sep, address = item.rpartition("://")
         name = name.upper() if sep else LISTENER
         if not LISTENER_NAME.fullmatch(name):
-            raise CliError(f"{option}: listener name {name!r} must be letters, digits and _ (in {item!r})")
+            raise CommandError(f"{option}: listener name {name!r} must be letters, digits and _ (in {item!r})")
         if name in result:
-            raise CliError(f"{option} names listener {name} twice")
-        result[name] = parse_address(address, f"{option} listener {name}")
+            raise CommandError(f"{option} names listener {name} twice")
+        result[name] = parse_address(address, f"{option} listener {name}", any_host=True)
     if not result:
-        raise CliError(f"{option} lists no address")
+        raise CommandError(f"{option} lists no address")
     return result
 
 
 def build_listeners(listen_text: str, advertised_text: str | None) -> Any:
-    """The :class:`~broker.server.Listener` tuple of ``--listen`` / ``--advertised``; :class:`CliError`
+    """The :class:`~broker.server.Listener` tuple of ``--listen`` / ``--advertised``; :class:`CommandError`
     when invalid (see the module docstring)."""
     from broker.server import Listener
 
     listen = parse_listeners(listen_text, "--listen")
     advertised = parse_listeners(advertised_text, "--advertised") if advertised_text is not None else {}
     if LISTENER not in listen:
-        raise CliError(f"--listen must include the inter-broker listener {LISTENER} (got {', '.join(listen)})")
+        raise CommandError(f"--listen must include the inter-broker listener {LISTENER} (got {', '.join(listen)})")
     unknown = sorted(set(advertised) - set(listen))
     if unknown:
-        raise CliError(f"--advertised names listeners that --listen does not: {', '.join(unknown)}")
+        raise CommandError(f"--advertised names listeners that --listen does not: {', '.join(unknown)}")
     bound = [address.replace("localhost", "127.0.0.1") for address in listen.values()]
     if len(set(bound)) != len(bound):
-        raise CliError(f"--listen binds one address twice: {listen_text}")
+        raise CommandError(f"--listen binds one address twice: {listen_text}")
     listeners = []
     for name, address in listen.items():
         if name not in advertised and address.rpartition(":")[0] in WILDCARD_HOSTS:
             what = address if len(listen) == 1 and "://" not in listen_text else f"{name}://{address}"
             hint = "HOST:PORT" if what == address else f"{name}://HOST:PORT"
-            raise CliError(f"--listen {what} binds every address: give --advertised {hint} for clients")
+            raise CommandError(f"--listen {what} binds every address: give --advertised {hint} for clients")
         listeners.append(Listener(name, address, advertised.get(name, address)))
     return tuple(listeners)
 
 
 def build_options(args: argparse.Namespace) -> Any:
-    """The :class:`~broker.server.BrokerOptions` of the command line; :class:`CliError` when invalid."""
+    """The :class:`~broker.server.BrokerOptions` of the command line; :class:`CommandError` when invalid."""
     from broker.config import BrokerConfig
     from broker.server import BrokerOptions
     from metadata.configs import ConfigError, parse_key_values
 
     if args.node_id < 0 or args.node_id > 2**31 - 1:
-        raise CliError(f"--node-id must be a non-negative int32, got {args.node_id}")
+        raise CommandError(f"--node-id must be a non-negative int32, got {args.node_id}")
     listeners = build_listeners(args.listen, args.advertised)
     inter_broker = next(lis for lis in listeners if lis.name == LISTENER)
-    controllers = tuple(parse_address(a, "--controllers item") for a in args.controllers.split(",") if a.strip())
+    items = [a for a in args.controllers.split(",") if a.strip()]
+    controllers = tuple(parse_address(a, "--controllers item", any_host=True) for a in items)
     if not controllers:
-        raise CliError("--controllers lists no address")
+        raise CommandError("--controllers lists no address")
     try:
         config = BrokerConfig.from_props(parse_key_values(args.config))
     except ConfigError as exc:
-        raise CliError(str(exc)) from None
-    metrics_listen = parse_address(args.metrics_listen, "--metrics-listen") if args.metrics_listen else ""
+        raise CommandError(str(exc)) from None
+    metrics_listen = ""
+    if args.metrics_listen:
+        metrics_listen = parse_address(args.metrics_listen, "--metrics-listen", any_host=True)
     return BrokerOptions(
         args.node_id, inter_broker.listen, inter_broker.advertised, controllers, args.data_dir, config, listeners,
         metrics_listen,
@@ -185,14 +182,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         server = BrokerServer(options)
     except ConfigError as exc:  # a security setting (listener protocols, key material) that cannot work
-        raise CliError(f"broker {options.node_id} cannot start: {exc}") from None
+        raise CommandError(f"broker {options.node_id} cannot start: {exc}") from None
     trace.set_role(f"broker-{options.node_id}")  # log.trace, with ODRADEK_LATENCY_TRACE set
     # a request thread woken by an append waits for the GIL up to this long while another thread computes
     sys.setswitchinterval(float(options.config.get("python.switch.interval.ms")) / 1000.0)
     try:
         server.start()
     except (LogError, RuntimeError, OSError) as exc:
-        raise CliError(f"broker {options.node_id} cannot start: {exc}") from None
+        raise CommandError(f"broker {options.node_id} cannot start: {exc}") from None
     try:
         announced = False
         while not stop.wait(0.1):
@@ -212,5 +209,5 @@ def run(args: argparse.Namespace) -> int:
     finally:
         server.stop(controlled=server.failure is None)
     if server.failure is not None:
-        raise CliError(f"broker {options.node_id} halted: {server.failure}")
+        raise CommandError(f"broker {options.node_id} halted: {server.failure}")
     return 0

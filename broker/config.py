@@ -20,6 +20,12 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
     replica.fetch.stream.enable                    true         not Kafka's: followers send their fetches on one
                                                                 ReplicaFetch stream per leader (no call set-up
                                                                 per round); false: one Fetch call per round
+    consumer.fetch.stream.enable                   true         not Kafka's: consumers may send their fetches on
+                                                                one FetchStream per broker; false: the broker
+                                                                answers it UNIMPLEMENTED (unary Fetch calls)
+    produce.stream.enable                          true         not Kafka's: producers may send their requests on
+                                                                one ProduceStream per broker; false: the broker
+                                                                answers it UNIMPLEMENTED (unary Produce calls)
     replica.fetch.min.bytes                        1
     replica.lag.time.max.ms                        30000        a follower slower than this leaves the ISR
     replica.high.watermark.checkpoint.interval.ms  5000         how often high watermarks are checkpointed
@@ -139,6 +145,8 @@ _BROKER_ONLY = [
     _key("replica.fetch.wait.max.ms", _INT, "500", 0),
     _key("replica.fetch.min.bytes", _INT, "1", 1),
     _key("replica.fetch.stream.enable", _BOOL, "true"),
+    _key("consumer.fetch.stream.enable", _BOOL, "true"),
+    _key("produce.stream.enable", _BOOL, "true"),
     _key("replica.lag.time.max.ms", _LONG, "30000", 1),
     _key("replica.high.watermark.checkpoint.interval.ms", _LONG, "5000", 1),
     _key("eligible.leader.replicas.enable", _BOOL, "true"),

@@ -31,8 +31,9 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from log.checkpoint import fsync_dir, read_checkpoint, write_checkpoint
-from log.clock import Clock
+from common.clock import Clock
+from common.files import fsync_dir
+from log.checkpoint import read_checkpoint, write_checkpoint
 from log.config import LogConfig
 from log.errors import StorageError
 from log.log import Log

@@ -22,9 +22,9 @@ import threading
 
 from broker.config import LONG_MAX, BrokerConfig
 from broker.replica_manager import ReplicaManager
+from common.clock import Clock
 from log.cleaner.manager import LogCleaner
 from log.cleaner.plan import CleanerConfig
-from log.clock import Clock
 from log.log import Log
 
 logger = logging.getLogger(__name__)

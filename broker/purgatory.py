@@ -19,7 +19,7 @@ operation's own lock, so two checkers never evaluate one operation at the same t
 Bounded: at most ``max_operations`` operations are watched; an operation over the bound completes at once
 (its ``on_complete`` answers with what there is, as if it had expired immediately).
 
-Time comes from an injected :class:`~log.clock.Clock` (monotonic milliseconds). :meth:`Purgatory.expire_due`
+Time comes from an injected :class:`~common.clock.Clock` (monotonic milliseconds). :meth:`Purgatory.expire_due`
 expires what is due by that clock, so tests drive expiry with a ``ManualClock`` and no thread; a running
 broker calls :meth:`Purgatory.start`, which starts the one reaper thread (a heap of deadlines).
 """
@@ -34,7 +34,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
-from log.clock import Clock
+from common.clock import Clock
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ Each thread serves every partition this broker follows from one leader, in two p
    such partitions in one request) where this replica's latest epoch ends, and truncate by the rules TR2-TR6
    of ``replication.truncation`` (asking again for TR4), never by the high watermark alone;
 2. *fetching* -- one long-polling Fetch (``replica.fetch.wait.max.ms``) for every fetching partition, sent
-   on the thread's ReplicaFetch stream (``broker.fetch_stream``; one unary Fetch call a round with
+   on the thread's ReplicaFetch stream (``odradek.net.streams``; one unary Fetch call a round with
    ``replica.fetch.stream.enable=false``); the records are appended as they are (offsets and epochs kept),
    the leader's high watermark is taken up to the local log end, and each fetch reports this follower's
    position to the leader (HW4).
@@ -39,13 +39,13 @@ import grpc
 
 from broker.config import BrokerConfig
 from broker.controller_channel import MAX_MESSAGE_BYTES
-from broker.fetch_stream import ReplicaFetchStream
 from broker.lifecycle import LISTENER
 from broker.log_manager import TopicPartition
 from broker.replica_manager import ReplicaManager
 from controller.security.settings import open_channel
 from log import trace
 from metadata.image import MetadataImage
+from odradek.net.streams import LockstepStream
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
 from replication.epoch_cache import EpochEndOffset
@@ -93,7 +93,7 @@ class ReplicaFetcherThread:
         self._channel = open_channel(address, credentials, options)  # TLS when the inter-broker listener is
         self._stub: Any = broker_pb2_grpc.BrokerStub(self._channel)  # type: ignore[no-untyped-call]
         self._streaming = bool(config.get("replica.fetch.stream.enable"))
-        self._stream: ReplicaFetchStream | None = None  # the ReplicaFetch stream, made by the first fetch round
+        self._stream: LockstepStream | None = None  # the ReplicaFetch stream, made by the first fetch round
         self._thread = threading.Thread(target=self._run, name=f"fetcher-{broker_id}-from-{source_id}", daemon=True)
 
     def start(self) -> None:
@@ -224,7 +224,7 @@ class ReplicaFetcherThread:
         timeout_s = wait_ms / 1000.0 + RPC_SLACK_S
         if self._streaming:
             if self._stream is None:
-                self._stream = ReplicaFetchStream(self._stub, self._thread.name)
+                self._stream = LockstepStream(self._stub, self._thread.name)
             response = self._stream.call(request, timeout_s)
         else:
             response = self._stub.Fetch(request, timeout=timeout_s)

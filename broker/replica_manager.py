@@ -30,7 +30,7 @@ from broker.appends import PendingAppend
 from broker.config import BrokerConfig, effective_log_config
 from broker.log_manager import LogManager, TopicPartition
 from broker.purgatory import DelayedOperation, Purgatory
-from log.clock import Clock
+from common.clock import Clock
 from metadata.image import ConfigResource, LocalReplicaChanges, MetadataImage, PartitionRegistration
 from metadata.records import ConfigResourceType
 from replication.partition import Partition, Verifier

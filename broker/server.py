@@ -71,10 +71,10 @@ from broker.replica_manager import ReplicaManager
 from broker.txn.coordinator import TransactionCoordinator, TxnConfig
 from broker.txn.peers import BrokerPeers
 from broker.txn.state import TxnMetadata
+from common.clock import Clock, SystemClock
 from controller.security.node import NodeGuard
 from controller.security.rules import BROKER_RULES
 from controller.security.settings import NodeSecurity
-from log.clock import Clock, SystemClock
 from metadata.image import MetadataImage
 from proto import broker_pb2
 

@@ -15,6 +15,7 @@ the small read after a wake-up and the first read of a fetch with nothing to rea
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -78,6 +79,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._listener = listener
         self._pool = pool  # the server's worker pool: where the long polls' reads run
         self._inline_read_max_bytes = int(ctx.config.get("fetch.inline.read.max.bytes"))
+        self._fetch_stream = bool(ctx.config.get("consumer.fetch.stream.enable"))
+        self._produce_stream = bool(ctx.config.get("produce.stream.enable"))
 
     def _call(self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any) -> Resp:
         metrics = self._ctx.metrics
@@ -173,6 +176,44 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         closes it, or at the first request that fails (INTERNAL, as Fetch)."""
         async for request in request_iterator:
             yield await self.Fetch(request, context)
+
+    async def FetchStream(self, request_iterator: Any, context: Any) -> Any:
+        """A consumer's fetches on one stream, in lockstep, as :meth:`ReplicaFetch` (``odradek.net.streams``);
+        UNIMPLEMENTED with ``consumer.fetch.stream.enable`` false (the consumer then makes unary calls)."""
+        if not self._fetch_stream:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "consumer.fetch.stream.enable is false")
+        async for request in request_iterator:
+            yield await self.Fetch(request, context)
+
+    async def ProduceStream(self, request_iterator: Any, context: Any) -> Any:
+        """A producer's requests on one stream, several in flight: each handled by :meth:`Produce` and answered
+        in the order they came. Each request's handling starts (its appends, which run first and without a
+        pause) as soon as it is read, so the appends keep the stream's order and a request does not wait for
+        the answer of the one before it; the answers then go out in that order. UNIMPLEMENTED with
+        ``produce.stream.enable`` false (the producer then makes unary calls). The stream ends when the producer
+        closes it, or at the first request that fails (INTERNAL, as Produce)."""
+        if not self._produce_stream:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "produce.stream.enable is false")
+        answers: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue()
+
+        async def read() -> None:
+            try:
+                async for request in request_iterator:
+                    answers.put_nowait(asyncio.ensure_future(self.Produce(request, context)))
+            finally:
+                answers.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (answer := await answers.get()) is not None:
+                yield await answer
+            await reader  # its error, if reading failed
+        finally:
+            reader.cancel()
+            while not answers.empty():  # the stream failed: the requests still running have no one to answer
+                left = answers.get_nowait()
+                if left is not None:
+                    left.cancel()
 
     def _record(self, handler: Callable[..., Any], request: Any, response: Any, arrived: float) -> None:
         """The metrics of a request the coroutines above answered (``_call`` counts the others)."""

@@ -28,7 +28,7 @@ import threading
 import uuid
 from typing import Any
 
-from odradek.errors import CliError
+from common.errors import CommandError
 
 SECRET_ENV_VAR = "ODRADEK_CLUSTER_SECRET"
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -74,27 +74,28 @@ def add_controller_parser(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def parse_address(text: str, what: str) -> str:
-    """``host:port`` checked (``[v6]:port`` too); :class:`CliError` otherwise."""
+def parse_address(text: str, what: str, *, any_host: bool = False) -> str:
+    """``host:port`` checked (``[v6]:port`` too); :class:`CommandError` otherwise. With ``any_host`` the host
+    may be empty (``:9092``: every address, as a broker's listener may bind)."""
     host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise CliError(f"{what} must be HOST:PORT, got {text!r}")
+    if not sep or not (host or any_host) or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise CommandError(f"{what} must be HOST:PORT, got {text!r}")
     return text.strip()
 
 
 def parse_id_map(text: str, option: str) -> dict[int, str]:
-    """``ID@HOST:PORT,...`` as a dict; :class:`CliError` for anything else."""
+    """``ID@HOST:PORT,...`` as a dict; :class:`CommandError` for anything else."""
     result: dict[int, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         node, sep, address = item.partition("@")
         if not sep or not node.strip().isdigit():
-            raise CliError(f"{option} expects ID@HOST:PORT items, got {item!r}")
+            raise CommandError(f"{option} expects ID@HOST:PORT items, got {item!r}")
         node_id = int(node)
         if node_id in result:
-            raise CliError(f"{option} lists node {node_id} twice")
+            raise CommandError(f"{option} lists node {node_id} twice")
         result[node_id] = parse_address(address, f"{option} item {item!r}")
     if not result:
-        raise CliError(f"{option} lists no node")
+        raise CommandError(f"{option} lists no node")
     return result
 
 
@@ -139,7 +140,7 @@ def create_secret_file(path: str) -> None:
 
 
 def load_secret(path: str | None, addresses: list[str]) -> tuple[str | None, bool]:
-    """``(secret, allow_insecure)``; :class:`CliError` when there is no secret (``addresses`` are named in
+    """``(secret, allow_insecure)``; :class:`CommandError` when there is no secret (``addresses`` are named in
     no exception: the Raft transport always needs the secret)."""
     from controller.raft.errors import InsecureConfigError
     from controller.raft.tuning import load_cluster_secret
@@ -147,12 +148,12 @@ def load_secret(path: str | None, addresses: list[str]) -> tuple[str | None, boo
     try:
         secret = load_cluster_secret(path, env_var=SECRET_ENV_VAR)
     except OSError as exc:
-        raise CliError(f"cannot read the cluster secret file {path}: {exc.strerror}") from None
+        raise CommandError(f"cannot read the cluster secret file {path}: {exc.strerror}") from None
     except InsecureConfigError as exc:
-        raise CliError(str(exc)) from None
+        raise CommandError(str(exc)) from None
     if secret is None:
         # Issue 17: always, loopback included (another local user could otherwise join the quorum)
-        raise CliError(
+        raise CommandError(
             f"no cluster secret: set --cluster-secret-file or ${SECRET_ENV_VAR}; the Raft transport always needs "
             "one (odradek up makes DIR/cluster.secret)"
         )
@@ -160,18 +161,18 @@ def load_secret(path: str | None, addresses: list[str]) -> tuple[str | None, boo
 
 
 def build_options(args: argparse.Namespace) -> Any:
-    """The :class:`~controller.server.ServerOptions` of the command line; :class:`CliError` when invalid."""
+    """The :class:`~controller.server.ServerOptions` of the command line; :class:`CommandError` when invalid."""
     from controller.server import ServerOptions
     from metadata.configs import ConfigError, ControllerConfig, parse_key_values
 
     voters = parse_id_map(args.quorum, "--quorum")
     if args.node_id not in voters:
-        raise CliError(f"--node-id {args.node_id} is not one of the --quorum voters {sorted(voters)}")
+        raise CommandError(f"--node-id {args.node_id} is not one of the --quorum voters {sorted(voters)}")
     listen = parse_address(args.listen, "--listen")
     raft_listen = parse_address(args.raft_listen, "--raft-listen")
     metrics_listen = parse_address(args.metrics_listen, "--metrics-listen") if args.metrics_listen else ""
     if raft_listen.rpartition(":")[2] != voters[args.node_id].rpartition(":")[2]:
-        raise CliError(f"--raft-listen {raft_listen} and --quorum's {voters[args.node_id]} name different ports")
+        raise CommandError(f"--raft-listen {raft_listen} and --quorum's {voters[args.node_id]} name different ports")
     from controller.security.settings import SECURITY_KEY_NAMES, NodeSecurity
 
     try:
@@ -180,12 +181,12 @@ def build_options(args: argparse.Namespace) -> Any:
         config = ControllerConfig.from_props({k: v for k, v in props.items() if k not in SECURITY_KEY_NAMES})
         security.check_listener(security.controller_listener)
     except ConfigError as exc:
-        raise CliError(str(exc)) from None
+        raise CommandError(str(exc)) from None
     addresses = parse_id_map(args.controller_addresses, "--controller-addresses") if args.controller_addresses else {}
     secret_file = args.cluster_secret_file
     if args.create_cluster_secret:
         if secret_file is None:
-            raise CliError("--create-cluster-secret needs --cluster-secret-file")
+            raise CommandError("--create-cluster-secret needs --cluster-secret-file")
         if os.environ.get(SECRET_ENV_VAR, "").strip():
             secret_file = None  # the variable wins over the generated file
         else:
@@ -226,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
         server = ControllerServer(options)
         server.start()
     except (QuorumError, RuntimeError, ValueError) as exc:
-        raise CliError(f"controller {options.node_id} cannot start: {exc}") from None
+        raise CommandError(f"controller {options.node_id} cannot start: {exc}") from None
     quorum = ",".join(f"{k}@{v}" for k, v in sorted(options.voters.items()))
     metrics = f", metrics http://{server.metrics.address}/metrics" if server.metrics is not None else ""
     print(
@@ -243,6 +244,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         server.stop()
     if failure is not None:
-        raise CliError(f"controller {options.node_id} halted: {failure}")
+        raise CommandError(f"controller {options.node_id} halted: {failure}")
     logging.getLogger("odradek.controller").info("controller %d stopped", options.node_id)
     return 0

@@ -32,9 +32,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from common.clock import SYSTEM_CLOCK, Clock
 from controller.core import Command, ControllerCore
 from controller.long_poll import MAX_WAITING_FETCHES, OffsetWaiters
 from controller.metrics.stats import ControllerStats, count_elections
+from controller.node_api import Unanswered
 from controller.quorum import ApplyEvent, MetadataQuorum, NotActiveError, QuorumTuning, RecordsApplied
 from controller.raft.state import NOT_CONTROLLER, REQUEST_TIMED_OUT, UNEXPECTED_BASE_OFFSET, NeedsSnapshot
 from controller.security.node import NodeGuard
@@ -54,13 +56,6 @@ METADATA_DIR = "__cluster_metadata-0"
 TICK_INTERVAL_S = 0.1
 _ROLE_POLL_S = 0.05
 _SETTLE_TIMEOUT_S = 5.0
-
-
-class MonotonicClock:
-    """The real monotonic clock, for :class:`ControllerCore` (the core never reads time itself)."""
-
-    def monotonic_ms(self) -> float:
-        return time.monotonic_ns() / 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,17 +156,6 @@ class MetadataPublisher:
             offset = batch[-1].offset + 1
 
 
-class Unanswered(Exception):
-    """A request the controller could not answer: ``code`` is Kafka's error name."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-    def to_error(self) -> common_pb2.Error:
-        return common_pb2.Error(code=self.code, message=str(self))
-
-
 @dataclass(slots=True)
 class _Request:
     rpc: str
@@ -188,7 +172,7 @@ class ControllerServer:
     """
 
     def __init__(
-        self, options: ServerOptions, *, clock: MonotonicClock | None = None, rng: random.Random | None = None
+        self, options: ServerOptions, *, clock: Clock | None = None, rng: random.Random | None = None
     ) -> None:
         self.options = options
         self.node_id = options.node_id
@@ -214,7 +198,7 @@ class ControllerServer:
         self.publisher.quorum = self.quorum
         self.fetch_waiters = OffsetWaiters(MAX_WAITING_FETCHES)
         self.publisher.on_applied = lambda: self.fetch_waiters.notify(self.quorum.end_offset)
-        self.core = ControllerCore(config, clock or MonotonicClock(), rng or random.Random())
+        self.core = ControllerCore(config, clock or SYSTEM_CLOCK, rng or random.Random())
         self._queue: queue.Queue[_Request] = queue.Queue(maxsize=config.event_queue_size)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"controller-{self.node_id}", daemon=True)

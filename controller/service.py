@@ -1,4 +1,5 @@
-"""The Controller gRPC service (proto/controller.proto) over a :class:`~controller.server.ControllerServer`.
+"""The Controller gRPC service (proto/controller.proto) over a controller node (:class:`ControllerNode`,
+``controller.node_api``: ``controller.server.ControllerServer``).
 
 Writes (RegisterBroker ... AllocateProducerIds) go to the controller thread and wait; a node that is not
 the active controller answers NOT_CONTROLLER with a :class:`ControllerHint` naming the one it knows.
@@ -17,6 +18,7 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from controller.long_poll import MAX_WAITING_FETCHES, Wakeup, run_blocking
+from controller.node_api import ControllerNode, Unanswered
 from controller.raft.state import NeedsSnapshot
 from controller.rpc_server import RpcServer
 from proto import common_pb2, controller_pb2_grpc, security_pb2
@@ -24,7 +26,6 @@ from proto import controller_pb2 as pb
 
 if TYPE_CHECKING:
     from controller.health import HealthReporter
-    from controller.server import ControllerServer
 
 log = logging.getLogger("odradek.controller")
 
@@ -53,13 +54,11 @@ FETCH_MAX_WAIT_MS = 30_000
 class ControllerService(controller_pb2_grpc.ControllerServicer):
     """Every RPC of the Controller service; see the module docstring."""
 
-    def __init__(self, server: ControllerServer, pool: Executor | None = None) -> None:
+    def __init__(self, server: ControllerNode, pool: Executor | None = None) -> None:
         self._server = server
         self._pool = pool  # the gRPC server's worker pool: where FetchMetadata reads after its wait
 
     def _write(self, rpc: str, request: Any, response_type: type[R], timeout_ms: int = 0) -> R:
-        from controller.server import Unanswered
-
         try:
             response = self._server.submit(rpc, request, response_type, timeout_ms)
         except Unanswered as exc:
@@ -130,7 +129,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
 
 
 def fetch_metadata(
-    server: ControllerServer, request: pb.FetchMetadataRequest, wait: bool = True
+    server: ControllerNode, request: pb.FetchMetadataRequest, wait: bool = True
 ) -> pb.FetchMetadataResponse:
     """Committed records from ``from_offset`` (a snapshot first below the trim point); with ``wait``,
     long-polls up to ``max_wait_ms`` on the calling thread when there are none yet (the service waits on
@@ -162,7 +161,7 @@ def fetch_metadata(
     return response
 
 
-def describe_quorum(server: ControllerServer) -> pb.DescribeQuorumResponse:
+def describe_quorum(server: ControllerNode) -> pb.DescribeQuorumResponse:
     """This node's view of the quorum: Raft leader and term, commit index, metadata end offset, voters."""
     status = server.quorum.status()
     leader_id = -1 if status.leader_id is None else status.leader_id
@@ -185,7 +184,7 @@ def describe_quorum(server: ControllerServer) -> pb.DescribeQuorumResponse:
     return response
 
 
-def start_grpc_server(server: ControllerServer, listen: str, *, health: HealthReporter | None = None) -> RpcServer:
+def start_grpc_server(server: ControllerNode, listen: str, *, health: HealthReporter | None = None) -> RpcServer:
     """Serve the Controller service (and ``health``'s) on ``listen`` (``host:port``); raises ``RuntimeError`` if
     it cannot bind.
 

@@ -124,7 +124,7 @@ build_base() {  # [IMAGE INCLUDE]: the base image (default $BASE_IMAGE with $INC
     echo "build.sh: base image $image made in $(took "$start") s" >&2
 }
 
-PACKAGES=(odradek log proto metadata controller broker replication spark chaos)
+PACKAGES=(common odradek log proto metadata controller broker replication spark chaos)
 SOURCES=(pyproject.toml README.md deploy/Dockerfile deploy/wheels/README.md "${PACKAGES[@]}")
 
 source_hash() {  # [BASE FILES...]: default $BASE_IMAGE and $SOURCES

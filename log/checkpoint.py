@@ -18,15 +18,13 @@ old file, and the directory is fsynced, so a crash leaves either the old or the 
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from common.files import fsync_dir, write_atomically
 from log.errors import StorageError
 
 VERSION = 0
-TMP_SUFFIX = ".tmp"
 
 
 def write_checkpoint(path: Path, entries: Mapping[str, int]) -> None:
@@ -36,7 +34,7 @@ def write_checkpoint(path: Path, entries: Mapping[str, int]) -> None:
         if "\n" in key or not key:
             raise ValueError(f"checkpoint key {key!r} must be non-empty and on one line")
         lines.append(f"{key} {int(offset)}")
-    write_atomically(path, ("\n".join(lines) + "\n").encode())
+    write_file(path, ("\n".join(lines) + "\n").encode())
 
 
 def read_checkpoint(path: Path) -> dict[str, int] | None:
@@ -79,7 +77,7 @@ def parse_checkpoint(text: str, name: str = "checkpoint") -> dict[str, int]:
 
 def write_marker(path: Path) -> None:
     """Create an empty marker file durably (the clean-shutdown marker)."""
-    write_atomically(path, b"")
+    write_file(path, b"")
 
 
 def remove_marker(path: Path) -> bool:
@@ -92,31 +90,10 @@ def remove_marker(path: Path) -> bool:
     return True
 
 
-def fsync_dir(directory: Path) -> None:
-    """fsync a directory so that creations, renames and deletions in it are durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+def write_file(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` durably (``common.files.write_atomically``); StorageError (and no
+    temporary file left) on failure."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` durably: a fsynced temporary file renamed over it, then the directory
-    fsynced; StorageError (and no temporary file left) on failure."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        write_atomically(path, data)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise StorageError(f"cannot write {path}: {e}") from e

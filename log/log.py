@@ -35,6 +35,8 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from common.clock import Clock
+from common.files import fsync_dir
 from log.append import (
     AppendInfo,
     PreparedAppend,
@@ -46,8 +48,7 @@ from log.append import (
     segment_chunks,
     validate_leader_append,
 )
-from log.checkpoint import fsync_dir, remove_marker, write_checkpoint, write_marker
-from log.clock import Clock
+from log.checkpoint import remove_marker, write_checkpoint, write_marker
 from log.config import LogConfig
 from log.errors import OffsetOutOfRangeError, StorageError
 from log.flush_stats import report_flush

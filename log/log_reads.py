@@ -14,7 +14,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
-from log.clock import Clock
+from common.clock import Clock
 from log.config import LogConfig
 from log.errors import OffsetOutOfRangeError, StorageError
 from log.policy import SegmentInfo

@@ -29,7 +29,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from log.checkpoint import TMP_SUFFIX, fsync_dir, read_checkpoint
+from common.files import TMP_SUFFIX, fsync_dir
+from log.checkpoint import read_checkpoint
 from log.config import LogConfig
 from log.errors import StorageError
 from log.recovery import PrefixScan

@@ -39,7 +39,8 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from log.checkpoint import fsync_dir, write_atomically
+from common.files import fsync_dir
+from log.checkpoint import write_file
 from log.errors import StorageError
 from log.log import Log
 from log.producer_state import (
@@ -168,7 +169,7 @@ def list_snapshots(directory: Path) -> list[int]:
 def write_snapshot(directory: Path, state: ProducerStateManager) -> int:
     """Write the state as ``<map_end_offset>.snapshot`` (atomically), drop older surplus ones; the offset."""
     offset = state.map_end_offset
-    write_atomically(snapshot_path(directory, offset), encode(list(state), state.transactions))
+    write_file(snapshot_path(directory, offset), encode(list(state), state.transactions))
     try:
         for old in list_snapshots(directory)[:-SNAPSHOTS_KEPT]:
             snapshot_path(directory, old).unlink(missing_ok=True)

@@ -22,10 +22,14 @@ Rules the tests cite:
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
-CLUSTER_RESOURCE_NAME = "kafka-cluster"
+from common.acls import CLUSTER_RESOURCE_NAME as CLUSTER_RESOURCE_NAME  # the codes, here for the cluster's modules
+from common.acls import AclOperation as AclOperation
+from common.acls import AclPermissionType as AclPermissionType
+from common.acls import PatternType as PatternType
+from common.acls import ResourceType as ResourceType
+
 WILDCARD_RESOURCE = "*"
 WILDCARD_PRINCIPAL = "User:*"
 WILDCARD_HOST = "*"
@@ -36,57 +40,6 @@ class AclError(ValueError):
 
     code = "INVALID_REQUEST"
 
-
-class ResourceType(enum.IntEnum):
-    """Kafka's ``ResourceType`` codes."""
-
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(enum.IntEnum):
-    """Kafka's ``PatternType`` codes."""
-
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class AclOperation(enum.IntEnum):
-    """Kafka's ``AclOperation`` codes."""
-
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-
-
-class AclPermissionType(enum.IntEnum):
-    """Kafka's ``AclPermissionType`` codes."""
-
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
 
 
 _O = AclOperation

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from odradek.version import __version__
 
 _EXPORTS = {
     "Producer": "odradek.producer",

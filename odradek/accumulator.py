@@ -40,9 +40,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple, Protocol
 
+from common.clock import Clock
 from log.record import BatchBuilder
 from log.record.header import HEADER_SIZE, NO_SEQUENCE, patch_producer_state
-from odradek.clock import Clock
 from odradek.errors import IllegalStateError, KafkaTimeoutError
 from odradek.record_future import BatchOutcome, RecordFuture
 from odradek.types import Header, TopicPartition

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from odradek.clock import SYSTEM_CLOCK, Clock
+from common.clock import SYSTEM_CLOCK, Clock
 from odradek.config import AdminConfig
 from odradek.errors import (
     ElectionNotNeededError,
@@ -62,16 +62,7 @@ class Admin:
     def __init__(self, config: Mapping[str, object], *, clock: Clock | None = None) -> None:
         self.config = cfg = AdminConfig.from_mapping(config)
         self._clock = clock or SYSTEM_CLOCK
-        self._client = ClusterClient(
-            bootstrap_servers=cfg.bootstrap_servers,
-            client_id=cfg.client_id,
-            request_timeout_ms=cfg.request_timeout_ms,
-            retry_backoff_ms=cfg.retry_backoff_ms,
-            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
-            metadata_max_age_ms=cfg.metadata_max_age_ms,
-            security=cfg.security,
-            clock=self._clock,
-        )
+        self._client = ClusterClient.for_config(cfg, clock=self._clock)
         self._closed = False
 
     # ---------------------------------------------------------------------------------- topics

@@ -11,10 +11,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from odradek import __version__
+from common.errors import CommandError
 from odradek.dump_log import add_dump_log_parser
-from odradek.errors import CliError, OdradekError
+from odradek.errors import OdradekError
 from odradek.launcher.children import die_with_parent
+from odradek.version import __version__
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -86,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             load_command_config(args.command_config)
         return handler(args)
-    except CliError as exc:
+    except CommandError as exc:  # a CliError, or a server command's error
         print(f"odradek: {exc}", file=sys.stderr)
         return exc.status
     except OdradekError as exc:  # a client error the command did not word itself: Kafka's name ends the sentence

@@ -89,14 +89,15 @@ def _pattern_type(args: argparse.Namespace, action: str) -> PatternType:
 
 
 def _resources(args: argparse.Namespace, action: str) -> list[tuple[ResourceType, str, PatternType]]:
-    from odradek.security.acls import CLUSTER_NAME, PatternType, ResourceType
+    from common.acls import CLUSTER_RESOURCE_NAME
+    from odradek.security.acls import PatternType, ResourceType
 
     pattern = _pattern_type(args, action)
     found = [(ResourceType.TOPIC, t, pattern) for t in args.topic]
     found += [(ResourceType.GROUP, g, pattern) for g in args.group]
     found += [(ResourceType.TRANSACTIONAL_ID, t, pattern) for t in args.transactional_id]
     if args.cluster:
-        found.append((ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL if action == "add" else pattern))
+        found.append((ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME, PatternType.LITERAL if action == "add" else pattern))
     for _, name, _ in found:
         if not name:
             raise CliError("a resource name must not be empty")
@@ -119,7 +120,8 @@ def _role_operations(args: argparse.Namespace, resource_type: ResourceType) -> l
 
 def _bindings(args: argparse.Namespace) -> dict[tuple[Any, str, Any], list[AclBinding]]:
     """Every ACL ``add`` means, by resource (Kafka's combinations)."""
-    from odradek.security.acls import CLUSTER_NAME, AclBinding, AclPermissionType, PatternType, ResourceType
+    from common.acls import CLUSTER_RESOURCE_NAME
+    from odradek.security.acls import AclBinding, AclPermissionType, PatternType, ResourceType
 
     if not args.allow_principal and not args.deny_principal:
         raise CliError("give --allow-principal or --deny-principal")
@@ -130,7 +132,7 @@ def _bindings(args: argparse.Namespace) -> dict[tuple[Any, str, Any], list[AclBi
     if roles and args.operation:
         raise CliError("--operation cannot be combined with --producer or --consumer")
     if args.producer and args.idempotent:
-        resources.append((ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL))
+        resources.append((ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME, PatternType.LITERAL))
     if not resources:
         raise CliError("give a resource: --topic, --group, --transactional-id or --cluster")
     explicit = [_operation(op) for op in args.operation] or [_operation("All")]

@@ -30,7 +30,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import TypeVar
 
-from odradek.clock import SYSTEM_CLOCK, Clock
+from common.clock import SYSTEM_CLOCK, Clock
 from odradek.config import ConsumerConfig
 from odradek.errors import (
     IllegalStateError,
@@ -69,14 +69,8 @@ class Consumer:
     def __init__(self, config: Mapping[str, object], *, clock: Clock | None = None) -> None:
         self.config = cfg = ConsumerConfig.from_mapping(config)
         self._clock = clock or SYSTEM_CLOCK
-        self._client = ClusterClient(
-            bootstrap_servers=cfg.bootstrap_servers,
-            client_id=cfg.client_id,
-            request_timeout_ms=cfg.request_timeout_ms,
-            retry_backoff_ms=cfg.retry_backoff_ms,
-            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
-            metadata_max_age_ms=cfg.metadata_max_age_ms,
-            security=cfg.security,
+        self._client = ClusterClient.for_config(
+            cfg,
             max_message_bytes=max(cfg.fetch_max_bytes, cfg.max_partition_fetch_bytes),
             clock=self._clock,
             max_concurrent_calls=32,

@@ -15,17 +15,16 @@ REQUEST_TIMED_OUT, as in Kafka), :class:`IllegalStateError` (e.g. sending after 
 
 from __future__ import annotations
 
+from common.errors import CommandError
+
 
 class OdradekError(Exception):
     """Base of every error the odradek package raises."""
 
 
-class CliError(OdradekError):
-    """A user-facing command failure: the message is printed as is; the exit status is ``status``."""
-
-    def __init__(self, message: str, status: int = 1) -> None:
-        super().__init__(message)
-        self.status = status
+class CliError(OdradekError, CommandError):
+    """A user-facing command failure: the message is printed as is; the exit status is ``status``
+    (``common.errors.CommandError``, which the servers' command lines raise)."""
 
 
 class ConfigError(OdradekError, ValueError):

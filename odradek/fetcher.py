@@ -5,7 +5,9 @@ most one fetch in flight. A partition is fetchable when it has a position, is no
 off, and holds fewer than two undrained answers: so while the application works through one answer,
 the next one is already on its way (the fetch offset runs ahead of the position, at the end of the
 last complete batch received). Answers are decoded one batch at a time as ``poll`` takes records, so
-``max.poll.records`` bounds the work of a poll, not the answer's size.
+``max.poll.records`` bounds the work of a poll, not the answer's size. A broker's fetches go on one
+``FetchStream`` (``odradek.net.streams``: no call set-up per fetch; a broken stream fails the fetch on it,
+retried after the partitions' backoff on a new stream; a broker without the stream gets unary Fetch calls).
 
 Per-partition answers: records become a :class:`CompletedFetch`; OFFSET_OUT_OF_RANGE resets the
 position by ``auto.offset.reset`` (or fails the partition when it is ``none``); stale-metadata and
@@ -47,6 +49,7 @@ from odradek.errors import (
     error_from_code,
 )
 from odradek.net import ClusterClient, rpc_error
+from odradek.net.streams import OrderedStream
 from odradek.read_committed import AbortedTransactionFilter
 from odradek.types import (
     TIMESTAMP_TYPE_CREATE_TIME,
@@ -293,6 +296,7 @@ class Fetcher:
         self._done: deque[_FetchRequest] = deque()
         self._event = threading.Event()
         self._start = 0
+        self._streams: dict[str, OrderedStream] = {}  # by broker address
 
     # ---------------------------------------------------------------------------------- send
 
@@ -357,7 +361,13 @@ class Fetcher:
             state.in_flight = pending
         self._in_flight[node] = pending
         timeout_s = (cfg.request_timeout_ms + cfg.fetch_max_wait_ms) / 1000
-        pending.call = self._client.submit(stub.Fetch, request, timeout_s)
+        stream = self._streams.get(address)
+        if stream is None:  # one FetchStream per broker; unary Fetch calls (on the pool) where it has none
+            stream = self._streams[address] = OrderedStream(
+                stub, f"odradek-consumer-fetch-{address}", "FetchStream", "Fetch",
+                lambda request, timeout: self._client.submit(stub.Fetch, request, timeout),
+            )  # fmt: skip
+        pending.call = stream.start(request, timeout_s)
         pending.call.add_done_callback(lambda _: self._finished(pending))
 
     def _finished(self, request: _FetchRequest) -> None:
@@ -555,6 +565,9 @@ class Fetcher:
     def close(self) -> None:
         self._in_flight.clear()  # their calls end when the client closes its channels
         self._done.clear()
+        for stream in self._streams.values():
+            stream.close()
+        self._streams.clear()
 
 
 def _next_offset(data: bytes) -> tuple[int | None, int]:

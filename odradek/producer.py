@@ -31,10 +31,10 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 
+from common.clock import SYSTEM_CLOCK, Clock
 from log.record import codec_from_name
 from odradek.accumulator import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES, RecordAccumulator, record_size_upper_bound
 from odradek.backoff import ExponentialBackoff
-from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.config import ProducerConfig
 from odradek.errors import IllegalStateError, KafkaTimeoutError, MessageTooLargeError
 from odradek.idempotence import IdempotenceState
@@ -76,14 +76,8 @@ class Producer:
     ) -> None:
         self.config = cfg = ProducerConfig.from_mapping(config)
         self._clock = clock or SYSTEM_CLOCK
-        self._client = ClusterClient(
-            bootstrap_servers=cfg.bootstrap_servers,
-            client_id=cfg.client_id,
-            request_timeout_ms=cfg.request_timeout_ms,
-            retry_backoff_ms=cfg.retry_backoff_ms,
-            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
-            metadata_max_age_ms=cfg.metadata_max_age_ms,
-            security=cfg.security,
+        self._client = ClusterClient.for_config(
+            cfg,
             max_message_bytes=cfg.max_request_size,
             clock=self._clock,
             max_concurrent_calls=64,

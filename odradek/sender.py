@@ -5,10 +5,15 @@ sendable batches, drain them (up to ``max.in.flight.requests.per.connection`` re
 ``max.request.size`` each), send, expire batches past ``delivery.timeout.ms``, then sleep until the
 next linger or backoff deadline or until woken (a new batch, a response, a flush, close).
 
-Request order: the sender thread starts each Produce call itself (``ClusterClient.start_ordered``), so one
-broker's requests go out on its channel in the order they were drained, as on a Kafka connection; with
-idempotence that is sequence order per partition (the leader then appends them in that order, holding a
-batch that overtook an earlier one on the broker's side: ``log.producer_state`` S8).
+Request order: the sender thread starts each Produce request itself, on the broker's ``ProduceStream``
+(``odradek.net.streams.OrderedStream``: one long-lived stream per broker, requests pipelined on it and
+answered in order, no call set-up per request), so one broker's requests go out in the order they were
+drained, as on a Kafka connection; with idempotence that is sequence order per partition (the leader then
+appends them in that order, holding a batch that overtook an earlier one on the broker's side:
+``log.producer_state`` S8). A broker without the stream gets unary Produce calls
+(``ClusterClient.start_ordered``, also in order); a broken stream fails the requests on it as a lost
+connection does (retried as below), and a request not answered within ``request.timeout.ms`` cancels the
+stream (as Kafka's client closes a connection with a request that timed out).
 
 Per-partition answers: success completes the batches' futures with their offsets; a retriable error
 (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, a lost connection, ...) puts the batches back at the
@@ -45,10 +50,10 @@ from typing import Any
 
 import grpc
 
+from common.clock import Clock
 from log import trace
 from odradek.accumulator import ProducerBatch, RecordAccumulator
 from odradek.backoff import ExponentialBackoff
-from odradek.clock import Clock
 from odradek.config import ProducerConfig
 from odradek.errors import (
     IllegalStateError,
@@ -61,6 +66,7 @@ from odradek.errors import (
 )
 from odradek.idempotence import DUPLICATE_SEQUENCE, OUT_OF_ORDER, UNKNOWN_PRODUCER_ID, IdempotenceState, Verdict
 from odradek.net import ClusterClient, rpc_error
+from odradek.net.streams import OrderedStream
 from odradek.types import TopicPartition
 from proto import broker_pb2
 
@@ -128,6 +134,7 @@ class Sender:
         self._unreachable: set[int] = set()  # brokers whose last request failed on the connection
         self._stale_refresh_ms = -float("inf")  # the last metadata refresh asked for because of a stale request
         self._completions: deque[tuple[_Request, Any]] = deque()
+        self._streams: dict[str, OrderedStream] = {}  # each broker's ProduceStream, by address
         self._wake = threading.Event()
         self._running = True
         self._forced = False
@@ -177,6 +184,8 @@ class Sender:
             for batches in request.batches.values():
                 for batch in batches:
                     self._fail(batch, error)
+        for stream in self._streams.values():
+            stream.close()
 
     def _guarded_run_once(self) -> None:
         """A bug in one pass must not kill the thread and leave every future hanging: log, pause, go on."""
@@ -314,7 +323,7 @@ class Sender:
         if trace.ON:
             request.sent_ns = trace.now_ns()
         try:  # started here, on the sender thread: one broker's requests go out in the order they were drained
-            call = self._client.start_ordered(target[0].Produce, message, self._request_timeout_ms / 1000)
+            call = self._stream_for(*target).start(message, self._request_timeout_ms / 1000)
         except Exception as exc:  # a closed channel, ...: the request failed before it left
             error = NetworkError(f"Produce to {request.address} failed: {exc!r}")
             if self._acks == 0:  # nothing is retried: the records fail
@@ -329,6 +338,16 @@ class Sender:
                     batch.complete(-1)
         request.call = call
         call.add_done_callback(lambda done: self._on_done(request, done))
+
+    def _stream_for(self, stub: Any, address: str) -> OrderedStream:
+        """The broker's ProduceStream (made by its first request); unary Produce calls where it has none."""
+        stream = self._streams.get(address)
+        if stream is None:
+            stream = self._streams[address] = OrderedStream(
+                stub, f"{self._thread.name}-{address}", "ProduceStream", "Produce",
+                lambda message, timeout: self._client.start_ordered(stub.Produce, message, timeout),
+            )  # fmt: skip
+        return stream
 
     def _on_done(self, request: _Request, call: Any) -> None:
         """On a gRPC thread: hand the finished call over to the sender thread."""

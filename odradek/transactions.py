@@ -40,8 +40,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from common.clock import Clock
 from odradek.accumulator import ProducerBatch
-from odradek.clock import Clock
 from odradek.errors import (
     ConcurrentTransactionsError,
     IllegalStateError,

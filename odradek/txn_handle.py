@@ -36,10 +36,7 @@ def end_transaction(
     """EndTxn(commit or abort) for ``handle``, retried while the coordinator is busy or moves, within
     ``timeout_ms``. ``config``: a producer config (its ``bootstrap.servers`` and security keys are used)."""
     cfg = ProducerConfig.from_mapping({k: v for k, v in config.items() if k != "transactional.id"})
-    client = ClusterClient(bootstrap_servers=cfg.bootstrap_servers, client_id=cfg.client_id,
-                           request_timeout_ms=cfg.request_timeout_ms, retry_backoff_ms=cfg.retry_backoff_ms,
-                           retry_backoff_max_ms=cfg.retry_backoff_max_ms, metadata_max_age_ms=cfg.metadata_max_age_ms,
-                           security=cfg.security, name="odradek-end-transaction")  # fmt: skip
+    client = ClusterClient.for_config(cfg, name="odradek-end-transaction")
     try:
         coordinator = CoordinatorClient(client, handle.transactional_id, TRANSACTION_KEY_TYPE)
         request = broker_pb2.EndTxnRequest(transactional_id=handle.transactional_id, producer_id=handle.producer_id,

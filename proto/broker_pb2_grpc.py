@@ -56,6 +56,16 @@ class BrokerStub:
                 request_serializer=proto_dot_broker__pb2.FetchRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.FetchStream = channel.stream_stream(
+                '/odradek.broker.Broker/FetchStream',
+                request_serializer=proto_dot_broker__pb2.FetchRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.FetchResponse.FromString,
+                _registered_method=True)
+        self.ProduceStream = channel.stream_stream(
+                '/odradek.broker.Broker/ProduceStream',
+                request_serializer=proto_dot_broker__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.ProduceResponse.FromString,
+                _registered_method=True)
         self.ListOffsets = channel.unary_unary(
                 '/odradek.broker.Broker/ListOffsets',
                 request_serializer=proto_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
@@ -235,6 +245,24 @@ class BrokerServicer:
         """A follower's fetches to one leader on one long-lived stream: each request is a Fetch, answered by
         one response, in order, exactly as Fetch answers it (the follower sends its next request only
         after the answer). It saves the set-up of a call per round (replica.fetch.stream.enable).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchStream(self, request_iterator, context):
+        """A consumer's fetches to one broker on one long-lived stream, in lockstep as ReplicaFetch
+        (consumer.fetch.stream.enable; a broker with it off answers UNIMPLEMENTED and gets unary Fetch calls).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProduceStream(self, request_iterator, context):
+        """A producer's Produce requests to one broker on one long-lived stream: several may be in flight; each
+        is handled as Produce handles it, the appends in the order the requests came, and answered by one
+        response, in that order (as a Kafka broker answers a connection's requests). produce.stream.enable;
+        a broker with it off answers UNIMPLEMENTED and gets unary Produce calls.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -456,6 +484,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ReplicaFetch,
                     request_deserializer=proto_dot_broker__pb2.FetchRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.FetchResponse.SerializeToString,
+            ),
+            'FetchStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.FetchStream,
+                    request_deserializer=proto_dot_broker__pb2.FetchRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.FetchResponse.SerializeToString,
+            ),
+            'ProduceStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ProduceStream,
+                    request_deserializer=proto_dot_broker__pb2.ProduceRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.ProduceResponse.SerializeToString,
             ),
             'ListOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.ListOffsets,
@@ -716,6 +754,60 @@ class Broker:
             '/odradek.broker.Broker/ReplicaFetch',
             proto_dot_broker__pb2.FetchRequest.SerializeToString,
             proto_dot_broker__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/odradek.broker.Broker/FetchStream',
+            proto_dot_broker__pb2.FetchRequest.SerializeToString,
+            proto_dot_broker__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProduceStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/odradek.broker.Broker/ProduceStream',
+            proto_dot_broker__pb2.ProduceRequest.SerializeToString,
+            proto_dot_broker__pb2.ProduceResponse.FromString,
             options,
             channel_credentials,
             insecure,

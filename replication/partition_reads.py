@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from log.clock import Clock
+from common.clock import Clock
 from log.config import LogConfig
 from log.errors import StorageError
 from log.log import Log

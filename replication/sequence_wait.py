@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from log.clock import Clock
+from common.clock import Clock
 from log.producer_state import OutOfOrderSequenceError, UnknownProducerIdError
 
 logger = logging.getLogger(__name__)

@@ -44,9 +44,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
+from common.clock import Clock
 from log import producer_state_file
 from log.append import AppendInfo, ValidatedAppend
-from log.clock import Clock
 from log.config import LogConfig
 from log.log import Log
 from log.producer_state import BatchMetadata, ExpirySchedule, ProducerEntry, ProducerStateManager

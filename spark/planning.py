@@ -25,7 +25,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from odradek.clock import Clock
+from common.clock import Clock
 from odradek.types import TopicPartition
 
 Offsets = dict[TopicPartition, int]

@@ -35,7 +35,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from odradek.clock import SYSTEM_CLOCK, Clock
+from common.clock import SYSTEM_CLOCK, Clock
 from odradek.errors import ConfigError
 from spark import clients
 from spark.options import (

@@ -24,8 +24,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = (
-    "odradek", "log", "metadata", "broker", "controller", "replication", "chaos", "spark", "proto", "tests", "deploy",
-    "bench",
+    "common", "odradek", "log", "metadata", "broker", "controller", "replication", "chaos", "spark", "proto", "tests",
+    "deploy", "bench",
 )  # fmt: skip
 PATH_SUFFIXES = (".py", ".md", ".json", ".yml", ".yaml", ".proto", ".sh", ".toml", ".html", ".css", ".txt", ".cfg")
 

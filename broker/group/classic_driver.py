@@ -25,7 +25,7 @@ from broker.group.classic import ClassicConfig, ClassicGroups, JoinRequest, Join
 from broker.group.coordinator import GroupCoordinator
 from broker.group.errors import GroupError
 from broker.group.shard import GroupShard
-from log.clock import Clock
+from common.clock import Clock
 
 logger = logging.getLogger(__name__)
 

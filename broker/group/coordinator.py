@@ -14,9 +14,9 @@ Threads and locks (docs/CONVENTIONS.md §6: one owner per state machine):
   replicate in time answers COORDINATOR_NOT_AVAILABLE (the state keeps it: a new leader re-reads the log).
 * **The coordinator thread** loads a shard when this broker becomes leader of its partition (it reads the
   log from the start and replays every record; requests meanwhile answer COORDINATOR_LOAD_IN_PROGRESS),
-  and every :data:`TICK_S` runs the shards' timers (session and rebalance timeouts; offset retention every
-  ``offsets.retention.check.interval.ms``), and
-  after each metadata change deletes the offsets of deleted topics.
+  and every :data:`~broker.coordinator_shards.TICK_S` runs the shards' timers (session and rebalance
+  timeouts; offset retention every ``offsets.retention.check.interval.ms``), and after each metadata change
+  deletes the offsets of deleted topics.
 * **Transactional offsets** (TxnOffsetCommit, docs/TRANSACTIONS.md): :meth:`GroupCoordinator.commit_txn_offsets`
   writes the commit records as a transactional batch of the producer (verified with its transaction
   coordinator, S11) and keeps them pending per producer id; the transaction's marker on the shard's
@@ -24,20 +24,23 @@ Threads and locks (docs/CONVENTIONS.md §6: one owner per state machine):
   them (ABORT). Loading does the same with the transactional batches and markers of the log; a marker
   written while the shard loads is applied once the load ends.
 * **The metadata thread** calls :meth:`GroupCoordinator.on_partition` after each role change of a
-  ``__consumer_offsets`` partition: it swaps the shard map (copy-on-write, under ``_lock``) and queues
-  the load; it never waits for one. Losing leadership drops the shard at once.
+  ``__consumer_offsets`` partition: it swaps the shard map (copy-on-write) and queues the load; it never
+  waits for one. Losing leadership drops the shard at once.
+
+The shards' lifecycle (the shard map, the coordinator thread, the lookups and the appends) is the one the
+transaction coordinator has too: :class:`~broker.coordinator_shards.CoordinatorShards`.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from broker.appends import AppendResult, PendingAppend
+from broker.appends import PendingAppend
+from broker.coordinator_shards import CoordinatorShard, CoordinatorShards
 from broker.group import errors as E
 from broker.group.config import OFFSETS_TOPIC, GroupConfig, partition_for
 from broker.group.errors import GroupError
@@ -46,16 +49,14 @@ from broker.group.records import CoordinatorRecord, decode_record
 from broker.group.shard import GroupShard, OffsetCommit, Records, TopicsView
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import ReplicaManager
-from log.clock import Clock
+from common.clock import Clock
 from log.record.builder import build_batch
 from log.record.reader import CONTROL_TYPE_COMMIT, iter_batches_with_records
 from replication.partition import Partition, Verifier
-from replication.views import Role
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-TICK_S = 0.1
 LOAD_ATTEMPTS = 3
 LOAD_RETRY_S = 0.5
 
@@ -87,13 +88,8 @@ class ImageTopics:
 
 
 @dataclass(eq=False)
-class _Shard:
-    partition: int
-    leader_epoch: int
+class _Shard(CoordinatorShard):
     core: GroupShard
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    loaded: bool = False
-    failure: str = ""
     pending_txn: dict[int, Records] = field(default_factory=dict)  # producer id -> its uncommitted offsets
     early_markers: dict[int, bool] = field(default_factory=dict)  # markers written while loading: committed?
 
@@ -109,60 +105,33 @@ class GroupCoordinator:
         self.clock = clock
         self._replicas = replicas
         self._metadata = metadata
-        self._lock = threading.Lock()
-        self._shards: dict[int, _Shard] = {}
-        self._loads: queue.Queue[_Shard | None] = queue.Queue()
         self._checked_image_offset = -2  # the metadata offset S4 last looked at
         self._next_retention_check_ms = 0.0
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"broker-{broker_id}-coordinator", daemon=True)
+        self._runtime: CoordinatorShards[_Shard] = CoordinatorShards(
+            broker_id=broker_id, topic=OFFSETS_TOPIC, what="groups", replicas=replicas, metadata=metadata,
+            new_shard=lambda number, epoch: _Shard(GroupShard(number, config, clock), partition=number,
+                                                   leader_epoch=epoch),
+            load=self._load, tick=self._tick, error=GroupError, write_errors=_WRITE_ERRORS,
+            thread_name=f"broker-{broker_id}-coordinator",
+        )  # fmt: skip
 
-    # --- lifecycle ------------------------------------------------------------------------------------
+    # --- lifecycle (broker.coordinator_shards) -----------------------------------------------------------
 
     def start(self) -> None:
-        self._thread.start()
+        self._runtime.start()
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._loads.put(None)
-        if self._thread.is_alive():
-            self._thread.join(5.0)
-        with self._lock:
-            self._shards = {}
+        self._runtime.stop()
 
     def on_partition(self, topic: str, number: int, partition: Partition | None) -> None:
         """The metadata thread changed ``topic-number`` here (None: removed): load or drop its shard."""
-        if topic != OFFSETS_TOPIC:
-            return
-        leading = partition is not None and partition.role is Role.LEADER
-        with self._lock:
-            current = self._shards.get(number)
-            if leading and partition is not None:
-                if current is not None and current.leader_epoch == partition.leader_epoch:
-                    return
-                shard = _Shard(number, partition.leader_epoch, GroupShard(number, self.config, self.clock))
-                self._shards = {**self._shards, number: shard}
-                self._loads.put(shard)
-                logger.info("broker %d: loading groups of %s-%d (leader epoch %d)", self.broker_id, topic, number,
-                            partition.leader_epoch)  # fmt: skip
-            elif current is not None:
-                self._shards = {k: v for k, v in self._shards.items() if k != number}
-                logger.info("broker %d: no longer coordinator of %s-%d; groups dropped", self.broker_id, topic, number)
+        self._runtime.on_partition(topic, number, partition)
+
+    @property
+    def _shards(self) -> dict[int, _Shard]:
+        return self._runtime.shards
 
     # --- the coordinator thread -------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                shard = self._loads.get(timeout=TICK_S)
-            except queue.Empty:
-                shard = None
-            try:
-                if shard is not None:
-                    self._load(shard)
-                self._tick()
-            except Exception:
-                logger.exception("broker %d: coordinator thread error", self.broker_id)
 
     def _load(self, shard: _Shard) -> None:
         """Replay the partition's log into a fresh state machine; publish it if the shard is still current.
@@ -172,8 +141,8 @@ class GroupCoordinator:
         could not read whole (a corrupt record included).
         """
         for attempt in range(1, LOAD_ATTEMPTS + 1):
-            partition = self._replicas.partition(OFFSETS_TOPIC, shard.partition)
-            if partition is None or self._shards.get(shard.partition) is not shard or self._stopping.is_set():
+            partition = self._runtime.partition_to_load(shard)
+            if partition is None or self._runtime.stopping.is_set():
                 return
             try:
                 core, count, pending = self._replay_log(partition, shard.partition)
@@ -181,11 +150,11 @@ class GroupCoordinator:
             except Exception as exc:  # RecordFormatError, CorruptRecordError, StorageError...
                 shard.failure = f"cannot load {OFFSETS_TOPIC}-{shard.partition}: {exc!r}"
                 logger.warning("broker %d: %s (attempt %d)", self.broker_id, shard.failure, attempt)
-                self._stopping.wait(LOAD_RETRY_S)
+                self._runtime.stopping.wait(LOAD_RETRY_S)
         else:
             return
         with shard.lock:
-            if self._shards.get(shard.partition) is not shard:
+            if not self._runtime.is_current(shard):
                 return
             core.on_loaded()
             shard.core = core
@@ -266,28 +235,15 @@ class GroupCoordinator:
     # --- running operations ----------------------------------------------------------------------------
 
     def num_partitions(self) -> int | None:
-        t = self._metadata.image.topic(OFFSETS_TOPIC)
-        return len(t.partitions) if t is not None and t.partitions else None
+        return self._runtime.num_partitions()
 
     def partition_of(self, group_id: str) -> int:
-        n = self.num_partitions()
-        if n is None:
-            raise GroupError(E.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet")
-        return partition_for(group_id, n)
+        return self._runtime.partition_of(group_id, partition_for)
 
     def _shard(self, group_id: str) -> _Shard:
         if not group_id:
             raise GroupError(E.INVALID_GROUP_ID, "the group id must not be empty")
-        number = self.partition_of(group_id)
-        shard = self._shards.get(number)
-        if shard is None:
-            raise GroupError(E.NOT_COORDINATOR, f"broker {self.broker_id} is not the coordinator of group "
-                             f"{group_id} ({OFFSETS_TOPIC}-{number})")  # fmt: skip
-        if shard.failure:
-            raise GroupError(E.COORDINATOR_NOT_AVAILABLE, shard.failure)
-        if not shard.loaded:
-            raise GroupError(E.COORDINATOR_LOAD_IN_PROGRESS, f"{OFFSETS_TOPIC}-{number} is loading")
-        return shard
+        return self._runtime.lookup(self.partition_of(group_id), f"coordinator of group {group_id}")
 
     def topics(self) -> TopicsView:
         return ImageTopics(self._metadata)
@@ -314,9 +270,7 @@ class GroupCoordinator:
         return sorted(s.partition for s in self._shards.values() if not s.loaded and not s.failure)
 
     def _check_current(self, shard: _Shard) -> None:
-        if self._shards.get(shard.partition) is not shard:
-            raise GroupError(E.NOT_COORDINATOR, f"broker {self.broker_id} stopped coordinating "
-                             f"{OFFSETS_TOPIC}-{shard.partition}")  # fmt: skip
+        self._runtime.check_current(shard)
 
     def _execute(
         self, shard: _Shard, group_ids: list[str], op: Callable[[GroupShard], tuple[T, Records]], *, wait: bool
@@ -335,29 +289,16 @@ class GroupCoordinator:
         return result
 
     def _append(self, shard: _Shard, records: list[CoordinatorRecord], wait: bool) -> PendingAppend:
-        partition = self._replicas.partition(OFFSETS_TOPIC, shard.partition)
-        if partition is None or not partition.is_leader or partition.leader_epoch != shard.leader_epoch:
-            raise GroupError(E.NOT_COORDINATOR, f"broker {self.broker_id} no longer leads "
-                             f"{OFFSETS_TOPIC}-{shard.partition}")  # fmt: skip
         encoded = [r.encode() for r in records]
         batch = build_batch([v for _, v in encoded], keys=[k for k, _ in encoded], timestamp_ms=self.clock.time_ms())
         timeout_ms = self.config.offsets_commit_timeout_ms  # the acks=all wait (see _await)
-        pending = self._replicas.append_records(
-            [(partition, batch)], -1, timeout_ms, leader_epoch=shard.leader_epoch, wait=wait
-        )
-        exc = pending.results[0].exception
-        if exc is not None:
-            code = str(getattr(exc, "code", ""))
-            why = f"writing to {partition.key_str}: {exc}"
-            raise GroupError(_WRITE_ERRORS.get(code, "UNKNOWN_SERVER_ERROR"), why) from None
-        return pending
+        return self._runtime.append(shard, batch, timeout_ms, wait=wait)
 
     def _await(self, pending: PendingAppend) -> None:
         """acks=all: until the high watermark passes the records, bounded by ``offsets.commit.timeout.ms``."""
-        result: AppendResult = pending.wait()[0]
-        if result.replication_error:
-            why = f"the write to {result.key[0]}-{result.key[1]} was not replicated: {result.replication_error}"
-            raise GroupError(_WRITE_ERRORS.get(result.replication_error, E.COORDINATOR_NOT_AVAILABLE), why)
+        error = self._runtime.replication_error(pending)
+        if error is not None:
+            raise error
 
 
     # --- transactional offsets ---------------------------------------------------------------------------
@@ -384,10 +325,7 @@ class GroupCoordinator:
                 shard.core.restore(saved)  # nothing is the group's before the transaction commits
             if not records:
                 return errors
-            partition = self._replicas.partition(OFFSETS_TOPIC, shard.partition)
-            if partition is None or not partition.is_leader or partition.leader_epoch != shard.leader_epoch:
-                raise GroupError(E.NOT_COORDINATOR, f"broker {self.broker_id} no longer leads "
-                                 f"{OFFSETS_TOPIC}-{shard.partition}")  # fmt: skip
+            partition = self._runtime.leading_partition(shard)
             encoded = [r.encode() for r in records]
             entry = partition.producer_entries().get(producer_id)
             sequence = (entry.last_seq + 1) % (1 << 31) if entry and entry.producer_epoch == producer_epoch else 0
@@ -407,7 +345,7 @@ class GroupCoordinator:
                 raise GroupError(code if passed else _WRITE_ERRORS.get(code, "UNKNOWN_SERVER_ERROR"), why)
         self._await(pending)
         with shard.lock:
-            if self._shards.get(shard.partition) is shard:
+            if self._runtime.is_current(shard):
                 shard.pending_txn.setdefault(producer_id, []).extend(records)
         return errors
 

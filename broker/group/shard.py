@@ -57,7 +57,7 @@ from broker.group.records import (
     OffsetCommitValue,
     TopicPartition,
 )
-from log.clock import Clock
+from common.clock import Clock
 
 
 class TopicsView(Protocol):

@@ -12,37 +12,23 @@ OFFSET_METADATA_TOO_LARGE).
 from __future__ import annotations
 
 from broker.context import BrokerContext
-from broker.group.errors import GroupError
 from broker.group.shard import OffsetCommit
-from broker.group.wire import group_error, no_coordinator
+from broker.group.wire import no_coordinator
+from broker.handlers.offset_commit import answer, requested_offsets
 from broker.txn.verify import make_verifier
 from proto import broker_pb2 as pb
 
 
 def handle(ctx: BrokerContext, request: pb.TxnOffsetCommitRequest) -> pb.TxnOffsetCommitResponse:
-    offsets = {
-        (t.name, p.partition): (p.committed_offset, p.committed_leader_epoch, p.committed_metadata)
-        for t in request.topics
-        for p in t.partitions
-    }
+    offsets = requested_offsets(request.topics)
     commit = OffsetCommit(request.group_id, request.member_id, request.generation_id, request.group_instance_id,
                           offsets)  # fmt: skip
-    response = pb.TxnOffsetCommitResponse()
-    try:
+
+    def run() -> dict[tuple[str, int], str]:
         if ctx.coordinator is None:
             raise no_coordinator()
         verify = make_verifier(ctx, request.transactional_id)
-        errors = ctx.coordinator.commit_txn_offsets(commit, request.producer_id, request.producer_epoch, verify,
-                                                    ctx.classic)  # fmt: skip
-    except GroupError as exc:
-        response.error.CopyFrom(group_error(exc))
-        errors = {tp: exc.code for tp in offsets}
-    for t in request.topics:
-        answer = response.topics.add(name=t.name)
-        for p in t.partitions:
-            code = errors.get((t.name, p.partition), "")
-            part = answer.partitions.add(partition=p.partition)
-            if code:
-                part.error.code = code
-                part.error.message = response.error.message or f"{t.name}-{p.partition}: {code}"
-    return response
+        return ctx.coordinator.commit_txn_offsets(commit, request.producer_id, request.producer_epoch, verify,
+                                                  ctx.classic)  # fmt: skip
+
+    return answer(pb.TxnOffsetCommitResponse(), request.topics, offsets, run)

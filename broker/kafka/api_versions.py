@@ -18,13 +18,12 @@ def _keys(table: dict[int, Api]) -> list[dict[str, int]]:
     return [dict(api_key=a.key, min_version=a.min_version, max_version=a.max_version) for _, a in sorted(table.items())]
 
 
-def handle(request: Request) -> Any:
-    from broker.kafka.apis import API_TABLE
-
+def handle(request: Request, table: dict[int, Api]) -> Any:
+    """ApiVersions: ``table`` is the listener's API table (``broker.kafka.apis`` binds it)."""
     body = request.body
     if request.version >= 3:
         request.session.client_software = f"{body.client_software_name}/{body.client_software_version}"
-    return build(response_class(API_KEY, request.version), error_code=0, api_keys=_keys(API_TABLE), throttle_time=0)
+    return build(response_class(API_KEY, request.version), error_code=0, api_keys=_keys(table), throttle_time=0)
 
 
 def unsupported_version(table: dict[int, Api]) -> Any:

@@ -28,7 +28,7 @@ _APIS = [
     Api(15, "DescribeGroups", 0, 5, groups.handle_describe_groups),
     Api(16, "ListGroups", 0, 5, groups.handle_list_groups),
     Api(17, "SaslHandshake", 1, 1, security.handle_sasl_handshake, before_auth=True),
-    Api(18, "ApiVersions", 0, 4, api_versions.handle, before_auth=True),
+    Api(18, "ApiVersions", 0, 4, lambda request: api_versions.handle(request, API_TABLE), before_auth=True),
     Api(19, "CreateTopics", 2, 7, admin.handle_create_topics),
     Api(20, "DeleteTopics", 1, 6, admin.handle_delete_topics),
     Api(22, "InitProducerId", 0, 5, admin.handle_init_producer_id),

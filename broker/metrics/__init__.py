@@ -18,7 +18,7 @@ from controller.metrics.endpoint import MetricsEndpoint, new_registry
 from log.flush_stats import set_flush_observer
 
 if TYPE_CHECKING:
-    from broker.server import BrokerServer
+    from broker.metrics.node import BrokerNode
 
 
 class BrokerMetrics:
@@ -32,7 +32,7 @@ class BrokerMetrics:
         self.endpoint = MetricsEndpoint(listen, self.registry)
         self._groups: GroupLagCollector | None = None
 
-    def start(self, server: BrokerServer) -> None:
+    def start(self, server: BrokerNode) -> None:
         """Register the scrape-time collectors of ``server`` and serve; ``RuntimeError`` when it cannot bind."""
         self.registry.register(BrokerCollector(server, self.topics))
         self._groups = GroupLagCollector(server)

@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 from broker.metrics.requests import TopicMetrics
 
 if TYPE_CHECKING:
-    from broker.server import BrokerServer
+    from broker.metrics.node import BrokerNode
 
 RM = "kafka_server_replicamanager_"
 # Kafka's BrokerState values (kafka.metadata.BrokerState)
@@ -26,9 +26,10 @@ PURGATORIES = (("Produce", "produce_purgatory"), ("Fetch", "fetch_purgatory"))
 
 
 class BrokerCollector(Collector):
-    """Reads a :class:`~broker.server.BrokerServer` when scraped (see the module docstring)."""
+    """Reads a :class:`~broker.metrics.node.BrokerNode` (the ``BrokerServer``) when scraped (see the module
+    docstring)."""
 
-    def __init__(self, server: BrokerServer, topics: TopicMetrics) -> None:
+    def __init__(self, server: BrokerNode, topics: TopicMetrics) -> None:
         self._server = server
         self._topics = topics
 
@@ -115,7 +116,7 @@ class FlushMetrics:
         self._flush_ms.labels(topic, partition).inc(duration_ms)
 
 
-def _state(server: BrokerServer) -> int:
+def _state(server: BrokerNode) -> int:
     if server.stopping:
         return SHUTTING_DOWN
     if server.lifecycle.unfenced.is_set():

@@ -27,7 +27,7 @@ from metadata.image import MetadataImage
 from proto import broker_pb2, broker_pb2_grpc
 
 if TYPE_CHECKING:
-    from broker.server import BrokerServer
+    from broker.metrics.node import BrokerNode
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ TopicPartition = tuple[str, int]
 class GroupLagCollector(Collector):
     """``kafka_consumergroup_*`` of the groups coordinated here (see the module docstring)."""
 
-    def __init__(self, server: BrokerServer, timeout_s: float = 2.0) -> None:
+    def __init__(self, server: BrokerNode, timeout_s: float = 2.0) -> None:
         self._server = server
         self._timeout_s = timeout_s
         self._channels: dict[str, grpc.Channel] = {}

@@ -35,13 +35,13 @@ The coordinator epoch written into markers is the partition's leader epoch when 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from broker.appends import PendingAppend
+from broker.coordinator_shards import CoordinatorShard, CoordinatorShards
 from broker.group.config import partition_for
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import ReplicaManager
@@ -49,17 +49,15 @@ from broker.txn import errors as E
 from broker.txn.errors import TxnError
 from broker.txn.records import decode_record, encode_record
 from broker.txn.state import PREPARED, Decision, TopicPartition, TransactionStateManager, TxnMetadata
-from log.clock import Clock
+from common.clock import Clock
 from log.log import Log
 from log.record.builder import build_batch
 from log.record.reader import iter_batches_with_records
 from replication.partition import Partition
-from replication.views import Role
 
 logger = logging.getLogger(__name__)
 
 TXN_TOPIC = "__transaction_state"
-TICK_S = 0.1
 WRITE_TIMEOUT_MS = 5_000  # the acks=all wait of a __transaction_state write
 MARKER_RETRY_MS = (50, 100, 200, 500, 1000)  # backoff between marker rounds
 MARKER_THREADS = 4
@@ -109,13 +107,8 @@ class TxnConfig:
 
 
 @dataclass(eq=False)
-class _Shard:
-    partition: int
-    leader_epoch: int
+class _Shard(CoordinatorShard):
     manager: TransactionStateManager
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    loaded: bool = False
-    failure: str = ""
 
 
 class TransactionCoordinator:
@@ -138,57 +131,41 @@ class TransactionCoordinator:
         self._metadata = metadata
         self._allocate = allocate_producer_id
         self._send_markers = send_markers
-        self._lock = threading.Lock()
-        self._shards: dict[int, _Shard] = {}
-        self._loads: queue.Queue[_Shard | None] = queue.Queue()
+        self._lock = threading.Lock()  # the marker jobs
         self._markers = ThreadPoolExecutor(MARKER_THREADS, thread_name_prefix=f"broker-{broker_id}-txn-markers")
         self._marker_jobs: set[tuple[int, str]] = set()  # (partition, transactional id) being written
         self._next_abort_ms = 0.0
         self._next_expire_ms = 0.0
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"broker-{broker_id}-txn-coordinator", daemon=True)
+        self._runtime: CoordinatorShards[_Shard] = CoordinatorShards(
+            broker_id=broker_id, topic=TXN_TOPIC, what="transactions", replicas=replicas, metadata=metadata,
+            new_shard=lambda number, epoch: _Shard(TransactionStateManager(number, epoch, config.max_timeout_ms),
+                                                   partition=number, leader_epoch=epoch),
+            load=self._load, tick=self._tick, error=TxnError, write_errors=_WRITE_ERRORS,
+            thread_name=f"broker-{broker_id}-txn-coordinator",
+        )  # fmt: skip
+        self._stopping = self._runtime.stopping
 
-    # --- lifecycle ----------------------------------------------------------------------------------------
+    # --- lifecycle (broker.coordinator_shards) -----------------------------------------------------------
 
     def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._loads.put(None)
-        if self._thread.is_alive():
-            self._thread.join(5.0)
-        self._markers.shutdown(wait=False, cancel_futures=True)
-        with self._lock:
-            self._shards = {}
+        self._runtime.start()
 
     def on_partition(self, topic: str, number: int, partition: Partition | None) -> None:
         """The metadata thread changed ``topic-number`` here (None: removed): load or drop its shard."""
-        if topic != TXN_TOPIC:
-            return
-        leading = partition is not None and partition.role is Role.LEADER
-        with self._lock:
-            current = self._shards.get(number)
-            if leading and partition is not None:
-                if current is not None and current.leader_epoch == partition.leader_epoch:
-                    return
-                manager = TransactionStateManager(number, partition.leader_epoch, self.config.max_timeout_ms)
-                shard = _Shard(number, partition.leader_epoch, manager)
-                self._shards = {**self._shards, number: shard}
-                self._loads.put(shard)
-                logger.info("broker %d: loading transactions of %s-%d (coordinator epoch %d)", self.broker_id,
-                            topic, number, partition.leader_epoch)  # fmt: skip
-            elif current is not None:
-                self._shards = {k: v for k, v in self._shards.items() if k != number}
-                logger.info("broker %d: no longer transaction coordinator of %s-%d", self.broker_id, topic, number)
+        self._runtime.on_partition(topic, number, partition)
+
+    @property
+    def _shards(self) -> dict[int, _Shard]:
+        return self._runtime.shards
+
+    def stop(self) -> None:
+        self._runtime.stop()
+        self._markers.shutdown(wait=False, cancel_futures=True)
 
     # --- requests -----------------------------------------------------------------------------------------
 
     def partition_of(self, transactional_id: str) -> int:
-        t = self._metadata.image.topic(TXN_TOPIC)
-        if t is None or not t.partitions:
-            raise TxnError(E.COORDINATOR_NOT_AVAILABLE, f"{TXN_TOPIC} does not exist yet")
-        return partition_for(transactional_id, len(t.partitions))
+        return self._runtime.partition_of(transactional_id, partition_for)
 
     def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int, epoch: int) -> TxnMetadata:
         """TC4: the metadata with the producer id and epoch to answer (raises the refusal)."""
@@ -269,25 +246,12 @@ class TransactionCoordinator:
         return decision
 
     def _append(self, shard: _Shard, metadata: TxnMetadata) -> PendingAppend:
-        partition = self._replicas.partition(TXN_TOPIC, shard.partition)
-        if partition is None or not partition.is_leader or partition.leader_epoch != shard.leader_epoch:
-            raise TxnError(E.NOT_COORDINATOR, f"broker {self.broker_id} no longer leads {TXN_TOPIC}-{shard.partition}")
         key, value = encode_record(metadata)
         batch = build_batch([value], keys=[key], timestamp_ms=self.clock.time_ms())
-        pending = self._replicas.append_records([(partition, batch)], -1, WRITE_TIMEOUT_MS,
-                                                leader_epoch=shard.leader_epoch)  # fmt: skip
-        exc = pending.results[0].exception
-        if exc is not None:
-            code = str(getattr(exc, "code", ""))
-            raise TxnError(_WRITE_ERRORS.get(code, "UNKNOWN_SERVER_ERROR"), f"writing to {partition.key_str}: {exc}")
-        return pending
+        return self._runtime.append(shard, batch, WRITE_TIMEOUT_MS)
 
-    def _await(self, pending: PendingAppend) -> TxnError | None:
-        result = pending.wait()[0]
-        if not result.replication_error:
-            return None
-        why = f"the write to {result.key[0]}-{result.key[1]} was not replicated: {result.replication_error}"
-        return TxnError(_WRITE_ERRORS.get(result.replication_error, E.COORDINATOR_NOT_AVAILABLE), why)
+    def _await(self, pending: PendingAppend) -> Exception | None:
+        return self._runtime.replication_error(pending)
 
     # --- markers -----------------------------------------------------------------------------------------
 
@@ -321,7 +285,7 @@ class TransactionCoordinator:
         remaining = set(metadata.partitions)
         attempt = 0
         while remaining:
-            if self._stopping.is_set() or self._shards.get(shard.partition) is not shard:
+            if self._stopping.is_set() or not self._runtime.is_current(shard):
                 return  # the next coordinator writes them (TC11)
             by_leader: dict[int, list[TopicPartition]] = {}
             for tp in sorted(remaining):
@@ -364,22 +328,9 @@ class TransactionCoordinator:
 
     # --- the coordinator thread --------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                shard = self._loads.get(timeout=TICK_S)
-            except queue.Empty:
-                shard = None
-            try:
-                if shard is not None:
-                    self._load(shard)
-                self._tick()
-            except Exception:
-                logger.exception("broker %d: transaction coordinator thread error", self.broker_id)
-
     def _load(self, shard: _Shard) -> None:
-        partition = self._replicas.partition(TXN_TOPIC, shard.partition)
-        if partition is None or self._shards.get(shard.partition) is not shard:
+        partition = self._runtime.partition_to_load(shard)
+        if partition is None:
             return
         try:
             records = list(read_records(partition.log))
@@ -388,7 +339,7 @@ class TransactionCoordinator:
             logger.warning("broker %d: %s", self.broker_id, shard.failure)
             return
         with shard.lock:
-            if self._shards.get(shard.partition) is not shard:
+            if not self._runtime.is_current(shard):
                 return
             shard.manager.load(records)
             shard.loaded = True
@@ -434,20 +385,10 @@ class TransactionCoordinator:
         if not transactional_id:
             raise TxnError(E.INVALID_REQUEST, "the transactional id must not be empty")
         number = self.partition_of(transactional_id)
-        shard = self._shards.get(number)
-        if shard is None:
-            raise TxnError(E.NOT_COORDINATOR, f"broker {self.broker_id} is not the transaction coordinator of "
-                           f"{transactional_id!r} ({TXN_TOPIC}-{number})")  # fmt: skip
-        if shard.failure:
-            raise TxnError(E.COORDINATOR_NOT_AVAILABLE, shard.failure)
-        if not shard.loaded:
-            raise TxnError(E.COORDINATOR_LOAD_IN_PROGRESS, f"{TXN_TOPIC}-{number} is loading")
-        return shard
+        return self._runtime.lookup(number, f"transaction coordinator of {transactional_id!r}")
 
     def _check_current(self, shard: _Shard) -> None:
-        if self._shards.get(shard.partition) is not shard:
-            raise TxnError(E.NOT_COORDINATOR, f"broker {self.broker_id} stopped coordinating "
-                           f"{TXN_TOPIC}-{shard.partition}")  # fmt: skip
+        self._runtime.check_current(shard)
 
 
 def read_records(log: Log) -> Iterator[tuple[str, TxnMetadata | None]]:

@@ -10,7 +10,7 @@
 - :mod:`controller.core.producer_ids`: AllocateProducerIds.
 """
 
-from controller.core.common import Clock, Command, ControllerResult
+from controller.core.common import Command, ControllerResult
 from controller.core.controller import ControllerCore
 
-__all__ = ["Clock", "Command", "ControllerCore", "ControllerResult"]
+__all__ = ["Command", "ControllerCore", "ControllerResult"]

@@ -1,4 +1,5 @@
-"""What every part of the active controller's core shares: results, errors, eligibility, the clock.
+"""What every part of the active controller's core shares: results, errors, eligibility, the clock
+(``common.clock.Clock``; the core reads only its monotonic milliseconds).
 
 A decision of the core is a :class:`ControllerResult`: the commands to append (each an atomic run of
 records, committed together or not at all) and the response to send once every one has committed.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from metadata.image import BrokerRegistration, MetadataDelta, MetadataImage
 from metadata.records import MetadataRecord
@@ -18,12 +19,6 @@ from proto import common_pb2
 T = TypeVar("T")
 Command = tuple[MetadataRecord, ...]
 """Records appended as one atomic batch of the metadata log."""
-
-
-class Clock(Protocol):
-    """Time as the core sees it (docs/CONVENTIONS.md §2): only monotonic milliseconds, only differences matter."""
-
-    def monotonic_ms(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)

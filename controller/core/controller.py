@@ -24,9 +24,10 @@ import random
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from common.clock import Clock
 from controller.core import brokers, partitions, producer_ids, security, topics
 from controller.core.alter_configs import EffectiveConfig, alter_configs
-from controller.core.common import Clock, Command, ControllerResult, Eligibility, chunk, preview
+from controller.core.common import Command, ControllerResult, Eligibility, chunk, preview
 from controller.core.elections import imbalanced, reconcile_partitions
 from metadata.configs import ControllerConfig
 from metadata.image import MetadataImage

@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 from controller.metrics.stats import LatencyHistogram
 
 if TYPE_CHECKING:
-    from controller.server import ControllerServer
+    from controller.node_api import ControllerNode
 
 KC = "kafka_controller_kafkacontroller_"
 RAFT = "kafka_server_raftmetrics_"
@@ -25,9 +25,10 @@ RAFT_STATES = ("leader", "follower", "candidate", "stopped")
 
 
 class ControllerCollector(Collector):
-    """Reads a :class:`~controller.server.ControllerServer` when scraped (see the module docstring)."""
+    """Reads a controller node (:class:`~controller.node_api.ControllerNode`) when scraped (see the module
+    docstring)."""
 
-    def __init__(self, server: ControllerServer) -> None:
+    def __init__(self, server: ControllerNode) -> None:
         self._server = server
 
     def collect(self) -> Iterator[Metric]:

@@ -25,8 +25,9 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from common.files import fsync_dir
 from controller.raft.errors import QuorumStorageError
-from controller.raft.journal import DurableJournal, Entry, fsync_dir
+from controller.raft.journal import DurableJournal, Entry
 
 MAGIC = b"ODRQDUMP"
 VERSION = 1

@@ -49,6 +49,7 @@ from typing import Any
 
 import pysyncobj.syncobj as _pysyncobj
 
+from common.files import fsync_dir, write_atomically
 from controller.raft.errors import QuorumStorageError
 
 log = logging.getLogger(__name__)
@@ -65,28 +66,6 @@ _FRAME = struct.Struct(
     "Q"  # term: Raft term
 )
 _IDX_TERM = struct.Struct("<QQ")
-
-
-def fsync_dir(path: str) -> None:
-    """Make the directory entries of ``path`` (created or renamed files) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomically(path: str, data: bytes, *, fsync: bool) -> None:
-    """Write ``data`` to a temporary file, fsync it, rename it over ``path``, fsync the directory."""
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        if fsync:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if fsync:
-        fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def _frame(entry: Entry) -> bytes:

@@ -33,6 +33,7 @@ from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObjConf, SyncObjException
 
+from common.files import write_atomically
 from controller.raft.dump import (
     Dump,
     align_journal_with_dump,
@@ -43,7 +44,7 @@ from controller.raft.dump import (
 )
 from controller.raft.errors import NotActiveError, QuorumError, QuorumStorageError, StateDecodeError
 from controller.raft.events import ApplyEvent, QuorumStatus, RecordsApplied, StateReset, VoterStatus
-from controller.raft.journal import DurableJournal, provide_journal, write_atomically
+from controller.raft.journal import DurableJournal, provide_journal
 from controller.raft.node import ROLES, AckFlushingTransport, Call, RaftNode
 from controller.raft.patches import close_finished_transmissions, install_log_filter
 from controller.raft.state import (

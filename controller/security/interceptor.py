@@ -169,8 +169,10 @@ def _abort_sync(context: Any, refused: Refused) -> None:
 
 class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Wraps every handler of the listener with :class:`CallSecurity` (module docstring): a unary call is
-    checked once, each message of a request stream (ReplicaFetch) as its own request; any other kind of
-    handler is refused rather than served unchecked."""
+    checked once, each message of a request stream (ReplicaFetch, FetchStream, ProduceStream) as its own
+    request; any other kind of handler is refused rather than served unchecked. A refused message ends the
+    stream: nothing after it is read, every request before it is answered, then the stream fails with the
+    refusal (so a client knows the refused request is its oldest unanswered one, ``odradek.net.streams``)."""
 
     def __init__(self, security: CallSecurity) -> None:
         self._security = security
@@ -182,18 +184,24 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return _refusing(handler, method)  # no such RPC today: fail closed rather than serve it unchecked
 
         async def checked_stream(request_iterator: Any, context: Any) -> Any:
+            refusal: list[Refused] = []
+
             async def checked_requests() -> Any:
                 async for request in request_iterator:
                     try:
                         security.check(method, request, context)
                     except Refused as refused:
-                        if refused.reauthenticate:
-                            context.set_trailing_metadata(((REAUTHENTICATE, "1"),))
-                        await context.abort(refused.status, f"{refused.code}: {refused}")
+                        refusal.append(refused)
+                        return  # read no further: the requests before it are answered first
                     yield request
 
             async for response in behavior(checked_requests(), context):
                 yield response
+            if refusal:  # the refused request's answer, after those of every request before it
+                refused = refusal[0]
+                if refused.reauthenticate:
+                    context.set_trailing_metadata(((REAUTHENTICATE, "1"),))
+                await context.abort(refused.status, f"{refused.code}: {refused}")
 
         return grpc.stream_stream_rpc_method_handler(
             checked_stream, request_deserializer=handler.request_deserializer,

@@ -197,6 +197,8 @@ BROKER_RULES = {
     "TxnOffsetCommit": _txn(_group(Op.READ, Op.READ, lambda r: [t.name for t in r.topics])),
     "WriteTxnMarkers": _cluster(Op.CLUSTER_ACTION),  # R3: from transaction coordinators (brokers) only
     "ReplicaFetch": BROKER_RULES["Fetch"],  # a stream of Fetch requests: each one checked as a Fetch
+    "FetchStream": BROKER_RULES["Fetch"],  # a consumer's stream of Fetch requests: each checked as a Fetch
+    "ProduceStream": BROKER_RULES["Produce"],  # a producer's stream of Produce requests: each checked as one
     "ListTransactions": _no_requirement,  # R5: filtered by DESCRIBE on each transactional id
     "DescribeTransactions": lambda req, check: check.need(Op.DESCRIBE, Rt.TRANSACTIONAL_ID,
                                                           list(req.transactional_ids)),

@@ -48,6 +48,8 @@ def _scan(data: bytes, pos: int, end: int, header: BatchHeader) -> list[tuple[by
     append = out.append
     previous = -1
     for _ in range(header.records_count):
+        # Deliberate unrolling (the offset map's hot loop): decode_varint's 1- and 2-byte cases written out
+        # for each varint, as in log/record/columns.py; longer varints go to decode_varint.
         b = data[pos]  # length
         if b < 0x80:
             length = zz[b]

@@ -28,11 +28,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.clock import Clock
 from log.checkpoint import read_checkpoint, write_checkpoint
 from log.cleaner.cleaner import Cleaner, CleanResult
 from log.cleaner.plan import Cleanable, CleanerConfig, cleanable_range, filthiest, is_due
 from log.cleaner.swap import StepHook
-from log.clock import Clock
 from log.errors import LogError
 from log.log import Log
 

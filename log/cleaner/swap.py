@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from log.checkpoint import fsync_dir
+from common.files import fsync_dir
 from log.config import LogConfig
 from log.logdir import CLEANED_SUFFIX, SWAP_SUFFIX
 from log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, file_stem

@@ -138,6 +138,8 @@ def _decode_into(columns: Columns, data: bytes, pos: int, end: int, header: Batc
     for _ in range(header.records_count):
         if pos >= end:
             break
+        # Deliberate unrolling (the consumer's hot loop): each varint's 1- and 2-byte cases written out, the key
+        # and value blocks alike; longer varints go to decode_varint and _read_bytes.
         b = data[pos]  # length
         if b < 0x80:
             length = unzigzag[b]

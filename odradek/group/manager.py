@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 
-from odradek.clock import Clock
+from common.clock import Clock
 from odradek.errors import (
     CommitFailedError,
     FencedInstanceIdError,

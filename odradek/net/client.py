@@ -15,12 +15,12 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import grpc
 
+from common.clock import SYSTEM_CLOCK, Clock
 from odradek.backoff import ExponentialBackoff
-from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.errors import (
     KafkaError,
     KafkaTimeoutError,
@@ -30,8 +30,9 @@ from odradek.errors import (
     error_from_code,
 )
 from odradek.net.calls import CallPool
-from odradek.net.channels import ChannelPool, rpc_error
+from odradek.net.channels import ChannelPool
 from odradek.net.metadata import EMPTY_CLUSTER, Cluster, TopicInfo
+from odradek.rpc_errors import rpc_error
 from odradek.security.config import SecurityConfig
 from odradek.types import TopicPartition
 from proto import broker_pb2
@@ -50,12 +51,52 @@ SUSPECT_MS = 10_000.0  # how long a broker with an overdue request is asked last
 METADATA_ATTEMPT_S = 5.0  # one broker's time to answer a Metadata refresh before the next is asked
 
 
+class ConnectionConfig(Protocol):
+    """The keys every client config has that say how to reach the cluster (``odradek.config``)."""
+
+    @property
+    def bootstrap_servers(self) -> Sequence[str]: ...
+
+    @property
+    def client_id(self) -> str: ...
+
+    @property
+    def request_timeout_ms(self) -> int: ...
+
+    @property
+    def retry_backoff_ms(self) -> int: ...
+
+    @property
+    def retry_backoff_max_ms(self) -> int: ...
+
+    @property
+    def metadata_max_age_ms(self) -> int: ...
+
+    @property
+    def security(self) -> SecurityConfig: ...
+
+
 class ClusterClient:
     """Channels, the metadata snapshot and calls to brokers, shared by one client's threads.
 
     Thread-safe: ``cluster`` is an immutable snapshot swapped atomically; refreshes are serialized by a
     lock (a second caller waits for the first refresh and does not repeat it).
     """
+
+    @classmethod
+    def for_config(cls, cfg: ConnectionConfig, **options: Any) -> ClusterClient:
+        """A client reaching the cluster as ``cfg`` says; ``options``: the other keyword arguments of
+        ``__init__`` (``max_message_bytes``, ``clock``, ``max_concurrent_calls``, ``name``)."""
+        return cls(
+            bootstrap_servers=cfg.bootstrap_servers,
+            client_id=cfg.client_id,
+            request_timeout_ms=cfg.request_timeout_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+            metadata_max_age_ms=cfg.metadata_max_age_ms,
+            security=cfg.security,
+            **options,
+        )
 
     def __init__(
         self,

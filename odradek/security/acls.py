@@ -1,63 +1,18 @@
 """ACL bindings and filters as clients see them (Kafka's ``AclBinding``, ``AclBindingFilter``).
 
-The enums carry Kafka's numeric codes, the same as the cluster side's ``metadata/acl.py`` (clients
-cannot import it; ``tests/security/test_admin_types.py`` checks that the two agree). The cluster validates
-every binding; these types only carry them.
+The enums, Kafka's numeric codes, are the ones the cluster side uses too (``common/acls.py``). The cluster
+validates every binding; these types only carry them.
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
+from common.acls import AclOperation as AclOperation  # the codes, here for the clients' modules
+from common.acls import AclPermissionType as AclPermissionType
+from common.acls import PatternType as PatternType
+from common.acls import ResourceType as ResourceType
 from proto import security_pb2 as pb
-
-
-class ResourceType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class AclOperation(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-
-
-class AclPermissionType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
-
-
-CLUSTER_NAME = "kafka-cluster"
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import grpc
 
 from odradek.errors import KafkaError, SaslAuthenticationFailedError, error_from_code
+from odradek.rpc_errors import REAUTHENTICATE, rpc_error
 from odradek.security.config import SecurityConfig
 from odradek.security.scram import ScramClient, plain_message
 from proto import security_pb2 as pb
@@ -33,7 +34,6 @@ from proto import security_pb2_grpc
 
 HANDSHAKE_TIMEOUT_S = 10.0
 RETRY_AFTER_FAILURE_S = 1.0
-REAUTHENTICATE = "odradek-reauthenticate"
 
 
 class SaslSession:
@@ -85,8 +85,6 @@ class SaslSession:
         try:
             response = getattr(self._stub, method)(request, timeout=HANDSHAKE_TIMEOUT_S)
         except grpc.RpcError as exc:
-            from odradek.net.channels import rpc_error
-
             raise rpc_error(exc, method, "the node") from None
         if response.error.code:
             raise error_from_code(response.error.code, f"{method}: {response.error.message or response.error.code}")
@@ -178,14 +176,28 @@ class FailedCall(grpc.RpcError, grpc.Future, grpc.Call):  # type: ignore[misc]
     def add_done_callback(self, fn: Callable[[Any], None]) -> None:
         fn(self)
 
+    def __iter__(self) -> FailedCall:  # as a stream's answers: the first one fails
+        return self
 
-class SaslClientInterceptor(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    """Adds the session token to every call of one channel (CS1-CS3)."""
+    def __next__(self) -> Any:
+        raise self
+
+
+class SaslClientInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):  # type: ignore[misc]
+    """Adds the session token to every call of one channel (CS1-CS3), and to every stream when it opens (the
+    node checks each of its messages with that token: one that expired ends the stream, which the client
+    opens again after authenticating again, ``odradek.net.streams``)."""
 
     def __init__(self, session: SaslSession) -> None:
         self._session = session
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return self._intercept(continuation, details, request)
+
+    def intercept_stream_stream(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
+        return self._intercept(continuation, details, request_iterator)
+
+    def _intercept(self, continuation: Any, details: Any, request: Any) -> Any:
         try:
             token = self._session.token()
         except KafkaError as exc:

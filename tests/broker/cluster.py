@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -62,6 +62,13 @@ READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 40.0
 BROKER_DEFAULTS = {"broker.heartbeat.interval.ms": "500"}
 MAX_MESSAGE_BYTES = 128 << 20
+
+
+class _Proxy(Protocol):
+    listen: str
+
+
+P = TypeVar("P", bound=_Proxy)
 
 
 def odradek_command() -> list[str]:
@@ -339,6 +346,16 @@ class Cluster:
 
     def leader(self, topic: str, partition: int = 0, via: int = 0) -> int:
         return self.partition_metadata(topic, partition, via).leader
+
+
+def behind_proxies(cluster: Cluster, make: Callable[[str, str], P]) -> list[P]:
+    """Before ``cluster.start()``: one proxy per broker, ``make(listen address, broker address)`` on a free port,
+    and each broker advertised at its proxy's address (clients and followers then go through the proxies)."""
+    proxies = [make(f"127.0.0.1:{port}", b.address) for port, b in zip(free_ports(len(cluster.brokers)),
+                                                                       cluster.brokers, strict=True)]  # fmt: skip
+    for broker, proxy in zip(cluster.brokers, proxies, strict=True):
+        broker.argv += ["--advertised", proxy.listen]
+    return proxies
 
 
 def _config_args(config: Mapping[str, str]) -> list[str]:

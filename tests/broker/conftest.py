@@ -18,7 +18,7 @@ from broker.context import BrokerContext
 from broker.log_manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import ConfigChanges, ReplicaManager
-from log.clock import SystemClock
+from common.clock import SystemClock
 from log.record import build_batch
 from metadata.image import MetadataDelta, MetadataImage
 from metadata.records import (

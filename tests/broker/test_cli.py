@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from broker.cli import add_broker_parser, build_options
-from odradek.errors import CliError
+from common.errors import CommandError
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -29,16 +29,16 @@ def test_options_from_the_command_line() -> None:
 
 
 def test_an_unknown_config_key_is_an_error_naming_it() -> None:
-    with pytest.raises(CliError, match="log.retention.weeks"):
+    with pytest.raises(CommandError, match="log.retention.weeks"):
         build_options(parse(*BASE, "--config", "log.retention.weeks=2"))
-    with pytest.raises(CliError, match="message.max.bytes"):
+    with pytest.raises(CommandError, match="message.max.bytes"):
         build_options(parse(*BASE, "--config", "message.max.bytes=big"))
 
 
 def test_a_wildcard_listener_needs_an_advertised_address() -> None:
     argv = list(BASE)
     argv[3] = "0.0.0.0:9092"
-    with pytest.raises(CliError, match="--advertised"):
+    with pytest.raises(CommandError, match="--advertised"):
         build_options(parse(*argv))
     assert build_options(parse(*argv, "--advertised", "broker1:9092")).advertised == "broker1:9092"
 
@@ -46,5 +46,5 @@ def test_a_wildcard_listener_needs_an_advertised_address() -> None:
 def test_bad_addresses() -> None:
     argv = list(BASE)
     argv[5] = "nowhere"
-    with pytest.raises(CliError, match="HOST:PORT"):
+    with pytest.raises(CommandError, match="HOST:PORT"):
         build_options(parse(*argv))

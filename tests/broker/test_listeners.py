@@ -12,8 +12,8 @@ import pytest
 
 from broker.cli import add_broker_parser, build_options
 from broker.handlers import describe_cluster, metadata
+from common.errors import CommandError
 from metadata.records import Endpoint, RegisterBroker, UnfenceBroker
-from odradek.errors import CliError
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
 from tests.broker.cluster import Cluster
@@ -82,7 +82,7 @@ def test_a_listener_missing_from_advertised_advertises_its_listen_address() -> N
     ],
 )
 def test_bad_listeners_are_errors_that_say_why(listen: str, advertised: str | None, message: str) -> None:
-    with pytest.raises(CliError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(CommandError, match=message.replace("(", r"\(").replace(")", r"\)")):
         options(listen, advertised)
 
 

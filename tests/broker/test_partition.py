@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from log.clock import ManualClock
+from common.clock import ManualClock
 from log.config import LogConfig
 from log.errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from log.log import Log

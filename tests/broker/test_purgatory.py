@@ -8,7 +8,7 @@ import time
 import pytest
 
 from broker.purgatory import DeadlineHeap, DelayedOperation, Purgatory
-from log.clock import ManualClock, SystemClock
+from common.clock import ManualClock, SystemClock
 
 
 class Counting(DelayedOperation):

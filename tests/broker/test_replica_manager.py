@@ -23,7 +23,7 @@ from broker.log_manager import (
 )
 from broker.maintenance import LogMaintenance
 from broker.metadata_loader import MetadataLoader, config_changes, image_changes
-from log.clock import ManualClock
+from common.clock import ManualClock
 from log.errors import StorageError
 from metadata.image import MetadataDelta, MetadataImage
 from metadata.record_codec import encode_record

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
+from common.clock import ManualClock
 from odradek.accumulator import RecordAccumulator, record_size_upper_bound
-from odradek.clock import ManualClock
 from odradek.errors import KafkaTimeoutError
 from odradek.perf import produce as produce_module
 from odradek.perf.produce import LATENCY_SAMPLES, ProduceResult, ProduceRun, default_sample_every, produce

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from common.clock import ManualClock
 from log.record import read_batch
 from odradek.accumulator import ProducerBatch, RecordAccumulator, record_size_upper_bound
-from odradek.clock import ManualClock
 from odradek.errors import IllegalStateError, KafkaTimeoutError
 from odradek.record_future import RecordFuture
 from odradek.types import RecordMetadata, TopicPartition

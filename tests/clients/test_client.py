@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from odradek.clock import ManualClock
+from common.clock import ManualClock
 from odradek.errors import KafkaTimeoutError, NetworkError
 from odradek.net import ClusterClient
 from odradek.types import TopicPartition

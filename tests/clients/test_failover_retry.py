@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from common.clock import ManualClock
 from odradek.backoff import ExponentialBackoff
-from odradek.clock import ManualClock
 from odradek.config import ProducerConfig
 from odradek.net import ClusterClient
 from odradek.producer import Producer

@@ -13,6 +13,7 @@ from log.record import parse_header
 from odradek import Producer, TopicPartition
 from odradek.errors import NetworkError
 from odradek.net import ClusterClient
+from odradek.net.streams import OrderedStream
 from tests.clients.fake_broker import FakeCluster
 from tests.support.launcher import wait_until
 
@@ -40,7 +41,11 @@ def test_produce_calls_start_on_the_sender_thread_in_sequence_order(
             wait_until(lambda: cluster.produce_active > i, 5, f"{i + 1} requests in flight")  # noqa: B023
         cluster.produce_gate.set()
         assert [f.result(10).offset for f in futures] == [1, 2, 3, 4, 5]
-    assert {name for name, _ in started} == {"odradek-producer-sender-ordered"}
+    # The fake broker has no ProduceStream: the first request, refused on the stream (UNIMPLEMENTED), is sent
+    # again as a unary call by the stream's reader thread (odradek.net.streams, before any later request);
+    # every later one is started by the sender thread.
+    assert started[0][0] == "odradek-producer-sender-ordered-" + cluster.bootstrap.split(",")[0] + "-reader"
+    assert {name for name, _ in started[1:]} == {"odradek-producer-sender-ordered"}
     # The fake broker's handlers race for its lock and refuse a batch that overtook another (no S8 hold
     # there): such a P5 resend comes after the first six.
     assert [sequences for _, sequences in started][:6] == [[0], [1], [2], [3], [4], [5]]
@@ -50,18 +55,20 @@ def test_produce_calls_start_on_the_sender_thread_in_sequence_order(
 def test_a_call_that_cannot_start_is_retried_or_fails_its_records(
     cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, acks: str
 ) -> None:
-    """A call refused before it leaves (a closed channel, ...) counts as a lost connection: retried, or with
-    acks=0 (nothing is retried) its records fail; no future is left hanging."""
-    real_start = ClusterClient.start_ordered
+    """A request refused before it leaves (a closed channel, ...) counts as a lost connection: retried, or with
+    acks=0 (nothing is retried) its records fail; no future is left hanging. (The sender starts each request
+    on the broker's ProduceStream, ``OrderedStream.start``, which raises what opening the stream or starting
+    the unary call raised.)"""
+    real_start = OrderedStream.start
     starts: list[int] = []
 
-    def failing_first(self: ClusterClient, stub_method: Any, request: Any, timeout_s: float) -> Any:
+    def failing_first(self: OrderedStream, request: Any, timeout: float) -> Any:
         starts.append(1)
         if len(starts) == 1:
             raise ValueError("Cannot invoke RPC on closed channel!")
-        return real_start(self, stub_method, request, timeout_s)
+        return real_start(self, request, timeout)
 
-    monkeypatch.setattr(ClusterClient, "start_ordered", failing_first)
+    monkeypatch.setattr(OrderedStream, "start", failing_first)
     cluster.create_topic("t")
     config = {"bootstrap.servers": cluster.bootstrap, "linger.ms": 0, "retry.backoff.ms": 10, "acks": acks}
     with Producer(config) as p:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from common.clock import ManualClock
 from odradek.backoff import ExponentialBackoff
-from odradek.clock import ManualClock
 from odradek.config import ProducerConfig
 from odradek.errors import KafkaError, error_from_code
 from odradek.idempotence import Verdict

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from common.clock import ManualClock
 from controller.core import ControllerCore, ControllerResult
 from controller.core.common import preview
-from log.clock import ManualClock
 from metadata.configs import ControllerConfig
 from metadata.image import MetadataDelta, MetadataImage, PartitionRegistration
 from metadata.records import LeaderChange

@@ -2,8 +2,9 @@
 the broker itself).
 
 The broker runs with ``--advertised <proxy address>``, so clients that find it through Metadata connect to
-the proxy. Every unary call is forwarded as raw bytes; the followers' ``ReplicaFetch`` stream is not served
-(UNIMPLEMENTED: the followers then fetch with unary Fetch calls, ``broker.fetch_stream``); after :meth:`lose_answers`
+the proxy. Every unary call is forwarded as raw bytes; the streams (the followers' ``ReplicaFetch``, the
+consumers' ``FetchStream``, the producers' ``ProduceStream``) are not served (UNIMPLEMENTED: the followers,
+consumers and producers then make unary calls, ``odradek.net.streams``); after :meth:`lose_answers`
 the next ``n`` Produce calls are forwarded, answered by the broker (the records are written), and then
 fail towards the client with UNAVAILABLE, as if the connection dropped before the answer arrived.
 
@@ -19,7 +20,7 @@ from typing import Any
 import grpc
 
 PRODUCE = "/odradek.broker.Broker/Produce"
-REPLICA_FETCH = "/odradek.broker.Broker/ReplicaFetch"
+STREAMS = frozenset(f"/odradek.broker.Broker/{name}" for name in ("ReplicaFetch", "FetchStream", "ProduceStream"))
 
 
 class LossyProxy:
@@ -78,7 +79,7 @@ class _Handler(grpc.GenericRpcHandler):
 
     def service(self, handler_call_details: Any) -> Any:
         method = handler_call_details.method
-        if method == REPLICA_FETCH:
+        if method in STREAMS:
             return None  # UNIMPLEMENTED (see the module docstring)
         return grpc.unary_unary_rpc_method_handler(
             lambda request, context: self._proxy.forward(method, request, context)

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from common.clock import SystemClock
 from controller.ports import free_ports
-from log.clock import SystemClock
 from log.config import LogConfig
 from log.log import Log
 from log.producer_state_file import list_snapshots, load
 from odradek import Admin, Consumer, Producer, TopicPartition
-from tests.broker.cluster import Cluster
+from tests.broker.cluster import Cluster, behind_proxies
 from tests.idempotence.proxy import LossyProxy
 from tests.support.launcher import wait_until
 
@@ -118,11 +118,7 @@ def proxied_three(tmp_path: Path) -> Iterator[tuple[Cluster, list[LossyProxy]]]:
     """Three brokers, each advertised behind its own :class:`LossyProxy` (clients and followers use them). The
     proxy forwards unary calls only: followers fetch with unary Fetch calls (no ReplicaFetch stream)."""
     cluster = Cluster(tmp_path, brokers=3, start=False, broker_config={"replica.fetch.stream.enable": "false"})
-    proxies = [
-        LossyProxy(f"127.0.0.1:{port}", b.address) for port, b in zip(free_ports(3), cluster.brokers, strict=True)
-    ]
-    for broker, proxy in zip(cluster.brokers, proxies, strict=True):
-        broker.argv += ["--advertised", proxy.listen]
+    proxies = behind_proxies(cluster, LossyProxy)
     try:
         cluster.start()
         cluster.create_topic("t", partitions=1, replication_factor=3, configs={"min.insync.replicas": "2"})

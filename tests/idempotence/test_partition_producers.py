@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from common.clock import ManualClock
 from log.append import AppendInfo
-from log.clock import ManualClock
 from log.config import LogConfig
 from log.errors import CorruptRecordError
 from log.log import Log

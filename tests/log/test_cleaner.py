@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from common.clock import ManualClock
 from log.cleaner.cleaner import Cleaner
 from log.cleaner.manager import CHECKPOINT_FILE, CleanerManager, LogCleaner
 from log.cleaner.plan import CleanerConfig, cleanable_range
 from log.cleaner.retention import delete_horizon_ms
-from log.clock import ManualClock
 from log.config import LogConfig
 from log.errors import InvalidRecordError
 from log.log import Log

@@ -6,7 +6,7 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.maintenance import make_log_cleaner
-from log.clock import ManualClock
+from common.clock import ManualClock
 from metadata.configs import ConfigError
 
 

@@ -24,8 +24,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from common.clock import ManualClock
 from log.cleaner.manager import CleanerManager
-from log.clock import ManualClock
 from log.log import Log
 from tests.log.conftest import START_MS, small_config
 from tests.log.test_cleaner_support import Rec, clean, keyed_batch, read_all

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from log.clock import ManualClock
+from common.clock import ManualClock
 from log.config import LogConfig
 from log.log import Log
 from log.logdir import SWAP_SUFFIX

@@ -14,10 +14,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from common.clock import ManualClock
 from log.cleaner.manager import CleanerManager
 from log.cleaner.retention import delete_horizon_ms
 from log.cleaner.transactions import TransactionFilter
-from log.clock import ManualClock
 from log.log import Log
 from log.record.control import CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT, EndTransactionMarker, build_marker_batch
 from log.record.header import parse_header

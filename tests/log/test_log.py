@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from crc32c import crc32c
 
-from log.clock import ManualClock
+from common.clock import ManualClock
 from log.config import LogConfig
 from log.errors import (
     CorruptRecordError,

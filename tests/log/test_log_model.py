@@ -26,7 +26,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from log.clock import ManualClock
+from common.clock import ManualClock
 from log.config import LogConfig
 from log.errors import OffsetOutOfRangeError, RecordTooLargeError
 from log.log import Log

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.clock import ManualClock
 from log.checkpoint import parse_checkpoint, read_checkpoint, write_checkpoint
-from log.clock import ManualClock
 from log.config import LogConfig
 from log.errors import StorageError
 from log.log import Log

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from log.clock import ManualClock
+from common.clock import ManualClock
 from log.config import LogConfig
 from log.errors import InvalidRecordError, StorageError
 from log.log import Log

@@ -16,10 +16,10 @@ from prometheus_client import CollectorRegistry
 
 from broker.handlers import consumer_group_heartbeat, fetch, forward, init_producer_id, list_offsets, produce
 from broker.metrics.requests import ErrorReader, RequestMetrics, TopicMetrics, count_records, request_name
+from common.clock import ManualClock
 from controller.health import HealthReporter
 from controller.metrics.endpoint import MetricsEndpoint, new_registry, split_address
 from controller.metrics.stats import ControllerStats, LatencyHistogram, count_elections
-from log.clock import ManualClock
 from log.config import LogConfig
 from log.flush_stats import set_flush_observer
 from log.log import Log

@@ -27,8 +27,8 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
+from common.clock import ManualClock
 from controller.core.elections import reconcile, with_elr
-from log.clock import ManualClock
 from metadata.image import PartitionRegistration
 from replication.epoch_cache import EpochEndOffset
 from replication.isr import AlterPartitionRequest

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from log.clock import ManualClock
+from common.clock import ManualClock
 from replication.epoch_cache import EpochEndOffset, LeaderEpochCache
 from replication.high_watermark import HighWatermark
 from replication.isr import IsrState, may_join, out_of_sync

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import random
 
-from log.clock import ManualClock
+from common.clock import ManualClock
 from replication.isr import AlterPartitionRequest
 from tests.replication.sim import (
     CONTROLLER,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from broker import clean_shutdown
-from log.clock import ManualClock
+from common.clock import ManualClock
 from log.config import LogConfig
 from log.log import Log
 from log.record import build_batch

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from log.clock import ManualClock
+from common.clock import ManualClock
 from log.config import LogConfig
 from log.log import Log
 from log.record import build_batch

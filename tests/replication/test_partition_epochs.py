@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from log.clock import ManualClock
+from common.clock import ManualClock
 from log.config import LogConfig
 from log.errors import CorruptRecordError
 from log.log import Log

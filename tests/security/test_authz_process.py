@@ -192,6 +192,12 @@ def test_broker_only_operations_need_cluster_action(secured: tuple[Cluster, TlsF
         assert refused.value.details().startswith("CLUSTER_AUTHORIZATION_FAILED")
         consumer_fetch = broker_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, topics=follower_fetch.topics)
         assert stub.Fetch(consumer_fetch, timeout=5) is not None  # the same data as a consumer: allowed
+        # a consumer's FetchStream through the client's channel: its SASL interceptor adds bob's token to the
+        # stream; each message is checked as a Fetch
+        assert len(list(stub.FetchStream(iter([consumer_fetch, consumer_fetch]), timeout=5))) == 2
+        with pytest.raises(grpc.RpcError) as streamed_follower:
+            list(stub.FetchStream(iter([consumer_fetch, follower_fetch]), timeout=5))
+        assert streamed_follower.value.code() is grpc.StatusCode.PERMISSION_DENIED
         # the followers' stream too: each message is checked as a Fetch (bob's own session token)
         from odradek.security.sasl_client import SaslSession
 

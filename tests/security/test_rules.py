@@ -81,7 +81,8 @@ def test_r1_every_rpc_has_a_rule() -> None:
     assert set(BROKER_RULES) == broker_rpcs
     assert set(CONTROLLER_RULES) == controller_rpcs
     unlisted = broker_rpcs - set(BROKER_CASES) - {"Metadata", "DescribeCluster", "ListGroups", "ListTransactions",
-                                                  "ReplicaFetch"}  # ReplicaFetch: Fetch's rule, per message
+                                                  "ReplicaFetch", "FetchStream",  # Fetch's rule, per message
+                                                  "ProduceStream"}  # Produce's rule, per message
     assert not unlisted, f"RPCs without a test case: {unlisted}"
 
 
@@ -106,6 +107,8 @@ def test_r3_r4_broker_only_operations() -> None:
     assert denial.code == "CLUSTER_AUTHORIZATION_FAILED"
     assert BROKER_RULES["Fetch"](follower, check(allow(Op.CLUSTER_ACTION, *CLUSTER))) is None
     assert BROKER_RULES["ReplicaFetch"] is BROKER_RULES["Fetch"]  # each message of the stream
+    assert BROKER_RULES["FetchStream"] is BROKER_RULES["Fetch"]
+    assert BROKER_RULES["ProduceStream"] is BROKER_RULES["Produce"]
     broker = check(allow(Op.CLUSTER_ACTION, *CLUSTER))
     for rpc, request in (("RegisterBroker", c.RegisterBrokerRequest()), ("BrokerHeartbeat", c.BrokerHeartbeatRequest()),
                          ("AlterPartition", c.AlterPartitionRequest()), ("FetchMetadata", c.FetchMetadataRequest()),

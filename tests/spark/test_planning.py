@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from odradek.clock import ManualClock
+from common.clock import ManualClock
 from odradek.types import TopicPartition
 from spark.planning import (
     DataLoss,

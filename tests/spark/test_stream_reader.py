@@ -8,7 +8,7 @@ import json
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
-from odradek.clock import ManualClock
+from common.clock import ManualClock
 from odradek.types import TopicPartition
 from spark.options import parse_source_options
 from spark.planning import OffsetRange

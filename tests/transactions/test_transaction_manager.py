@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import odradek.transactions as transactions
+from common.clock import SystemClock
 from odradek.backoff import ExponentialBackoff
-from odradek.clock import SystemClock
 from odradek.idempotence import IdempotenceState
 from odradek.transactions import ADD_PARTITIONS_RETRY_BACKOFF_MS, TransactionManager
 from odradek.types import TopicPartition

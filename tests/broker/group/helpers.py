@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from broker.group.config import GroupConfig
 from broker.group.records import TopicPartition
 from broker.group.shard import GroupShard, Heartbeat, HeartbeatResult
-from log.clock import ManualClock
+from common.clock import ManualClock
 
 
 @dataclass

@@ -19,8 +19,8 @@ from broker.handlers import list_groups
 from broker.metadata_cache import MetadataCache
 from broker.purgatory import Purgatory
 from broker.replica_manager import ReplicaManager
+from common.clock import ManualClock
 from log.append import AppendInfo
-from log.clock import ManualClock
 from log.record.header import iter_batches, patch_base_offset
 from log.record.reader import iter_records
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage, frozen_map

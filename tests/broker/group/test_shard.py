@@ -8,7 +8,7 @@ from broker.group.errors import GroupError
 from broker.group.model import Groups, MemberState, replay
 from broker.group.records import CoordinatorRecord, OffsetCommitKey
 from broker.group.shard import Heartbeat, OffsetCommit
-from log.clock import ManualClock
+from common.clock import ManualClock
 from tests.broker.group.helpers import CONFIG, Topics, beat, join, make_shard
 
 

@@ -22,7 +22,7 @@ from broker.group.errors import GroupError
 from broker.group.model import Groups, replay
 from broker.group.records import CoordinatorRecord, TopicPartition
 from broker.group.shard import Heartbeat, OffsetCommit
-from log.clock import ManualClock
+from common.clock import ManualClock
 from tests.broker.group.helpers import CONFIG, Topics, make_shard
 from tests.broker.group.test_shard import persisted
 

@@ -1,8 +1,7 @@
-"""Time as an injected dependency of the clients' pure cores (accumulator, backoff, expiry).
+"""Time as an injected dependency (docs/CONVENTIONS.md §2): the one clock of the project.
 
-The clients may not import :mod:`log.clock` (the import rule: ``odradek`` imports only ``proto`` and
-``log.record``), so this is the same small protocol: :class:`SystemClock` in production,
-:class:`ManualClock` in tests.
+Cores take a :class:`Clock`; production code passes :class:`SystemClock` (or :data:`SYSTEM_CLOCK`), tests and
+simulations pass :class:`ManualClock` and move it by hand. Nothing in a core calls ``time`` itself.
 """
 
 from __future__ import annotations
@@ -13,11 +12,11 @@ from typing import Protocol
 
 class Clock(Protocol):
     def time_ms(self) -> int:
-        """Wall-clock milliseconds since the epoch (record timestamps)."""
+        """Wall-clock milliseconds since the epoch (record timestamps, segment ages)."""
         ...
 
     def monotonic_ms(self) -> float:
-        """Monotonic milliseconds (timeouts, lingers, backoffs); only differences are meaningful."""
+        """Monotonic milliseconds (timeouts, intervals, lingers, backoffs); only differences are meaningful."""
         ...
 
 
