@@ -45,6 +45,7 @@ SOURCE_OPTIONS = (
     "includeHeaders",
     "minPartitions",
     "maxRecordsPerPartition",
+    "maxPartitions",
     "kafkaConsumer.pollTimeoutMs",
 )
 SINK_OPTIONS = ("bootstrap.servers", "topic", "includeHeaders", "exactlyOnce", "transactionalIdPrefix")
@@ -190,6 +191,7 @@ class SourceOptions:
     include_headers: bool = False
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    max_partitions: int | None = None
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
 
 
@@ -208,6 +210,9 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
                 raise OptionError(f"{name} is only valid in streaming queries (spark.readStream)")
     if max_rows is not None and min_rows is not None and min_rows > max_rows:
         raise OptionError(f"minOffsetsPerTrigger ({min_rows}) must not exceed maxOffsetsPerTrigger ({max_rows})")
+    min_tasks, max_tasks = _positive_int(opts, "minPartitions"), _positive_int(opts, "maxPartitions")
+    if min_tasks is not None and max_tasks is not None and min_tasks > max_tasks:
+        raise OptionError(f"minPartitions ({min_tasks}) must not exceed maxPartitions ({max_tasks})")
     delay = opts.get("maxtriggerdelay")
     return SourceOptions(
         client=client,
@@ -219,8 +224,9 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         max_trigger_delay_ms=DEFAULT_MAX_TRIGGER_DELAY_MS if delay is None else parse_duration_ms(delay),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
-        min_partitions=_positive_int(opts, "minPartitions"),
+        min_partitions=min_tasks,
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
+        max_partitions=max_tasks,
         poll_timeout_ms=_positive_int(opts, "kafkaConsumer.pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS,
     )
 

@@ -14,7 +14,9 @@ Rules, as Spark's Kafka source applies them:
 * A partition whose start offset is gone (deleted by retention, or the topic re-created) is data loss:
   :func:`find_data_loss` names it; ``failOnDataLoss`` decides between an error and a warning.
 * ``minPartitions`` / ``maxRecordsPerPartition`` split large ranges into several Spark tasks
-  (:func:`plan_ranges`).
+  (:func:`plan_ranges`); ``maxPartitions`` (not in Spark's Kafka source) packs the ranges into at most that
+  many tasks, a task reading several ranges one after the other (:func:`pack_ranges`): a Python task costs
+  tens of milliseconds to start, which a micro-batch of a few records per partition pays once per task.
 """
 
 from __future__ import annotations
@@ -179,3 +181,28 @@ def _split(r: OffsetRange, parts: int) -> list[OffsetRange]:
     parts = max(1, min(parts, r.size))
     bounds = [r.start + (r.size * i) // parts for i in range(parts + 1)]
     return [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+
+def pack_ranges(
+    ranges: list[OffsetRange], max_tasks: int, max_records: int | None = None
+) -> list[tuple[OffsetRange, ...]]:
+    """``ranges`` in at most ``max_tasks`` groups (one Spark task each) of similar sizes: the largest range
+    first, each into the group with the fewest offsets (once ``max_tasks`` groups exist). A group never grows
+    past ``max_records`` (``maxRecordsPerPartition`` wins: more groups when needed). Groups and the ranges in
+    them are in (topic, partition, start) order; with at most ``max_tasks`` ranges, one group per range."""
+    assert max_tasks >= 1, max_tasks
+    if len(ranges) <= max_tasks:
+        return [(r,) for r in ranges]
+    groups: list[list[OffsetRange]] = []
+    sizes: list[int] = []
+    for r in sorted(ranges, key=lambda r: (-r.size, r.topic, r.partition, r.start)):
+        fits = [i for i, size in enumerate(sizes) if max_records is None or size + r.size <= max_records]
+        if len(groups) < max_tasks or not fits:
+            groups.append([r])
+            sizes.append(r.size)
+            continue
+        smallest = min(fits, key=lambda i: (sizes[i], i))
+        groups[smallest].append(r)
+        sizes[smallest] += r.size
+    packed = [tuple(sorted(g, key=lambda r: (r.topic, r.partition, r.start))) for g in groups]
+    return sorted(packed, key=lambda g: (g[0].topic, g[0].partition, g[0].start))

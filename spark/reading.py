@@ -176,6 +176,12 @@ def read_range(
     consumer.assign([])  # no fetches until the next task
 
 
+def read_ranges(options: SourceOptions, ranges: Iterable[OffsetRange]) -> Iterator[pa.RecordBatch]:
+    """Several ranges in one Spark task (``maxPartitions``), one after the other with the same consumer."""
+    for r in ranges:
+        yield from read_range(options, r)
+
+
 def _below(chunks: list[RecordColumns], end: int) -> list[RecordColumns]:
     """The chunks' records with offsets below ``end`` (chunks of one partition, in offset order)."""
     kept: list[RecordColumns] = []

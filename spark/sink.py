@@ -18,9 +18,7 @@ cluster supports idempotence; see ``spark/README.md``), but retries of a Spark t
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -30,7 +28,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import StructType
 
 from odradek.errors import ConfigError
-from odradek.types import RecordMetadata
+from odradek.perf.produce import FOLD_EVERY, OutcomeTally
 from spark import clients
 from spark.options import OptionError, SinkOptions
 from spark.schema import check_sink_schema
@@ -43,23 +41,6 @@ class WrittenMessage(WriterCommitMessage):
     """What one task wrote: its record count (summed by ``commit`` on the driver)."""
 
     records: int
-
-
-class _Deliveries:
-    """Counts acknowledgements and keeps the first failure; callbacks arrive on the producer's thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.failed = 0
-        self.first_error: BaseException | None = None
-
-    def done(self, future: Future[RecordMetadata]) -> None:
-        error = future.exception()
-        if error is not None:
-            with self._lock:
-                self.failed += 1
-                if self.first_error is None:
-                    self.first_error = error
 
 
 def _check(options: SinkOptions, schema: StructType, overwrite: bool) -> None:
@@ -76,13 +57,13 @@ def _check(options: SinkOptions, schema: StructType, overwrite: bool) -> None:
 def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WrittenMessage:
     """Send every row of ``batches``; return once all are acknowledged, or raise the first failure."""
     producer = clients.producer(options.client)
-    sent, deliveries = _send_rows(producer, options, batches)
+    sent, outcomes = _send_rows(producer, options, batches)
     producer.flush(timeout=FLUSH_TIMEOUT_S)
-    if deliveries.first_error is not None:
+    error = _first_error(outcomes, sent)
+    if error is not None:
         raise RuntimeError(
-            f"{deliveries.failed} of {sent} records could not be written to Odradek; the first error: "
-            f"{deliveries.first_error!r}"
-        ) from deliveries.first_error
+            f"{outcomes.failed} of {sent} records could not be written to Odradek; the first error: {error!r}"
+        ) from error
     return WrittenMessage(sent)
 
 
@@ -101,37 +82,60 @@ def write_exactly_once(options: SinkOptions, batches: Iterator[pa.RecordBatch]) 
         raise RuntimeError("exactlyOnce=true is for streaming queries (no query id or micro-batch id here)")
 
     def send(producer: Any, rows: Iterator[pa.RecordBatch]) -> tuple[int, BaseException | None]:
-        sent, deliveries = _send_rows(producer, options, rows)
+        sent, outcomes = _send_rows(producer, options, rows)
         producer.flush(timeout=FLUSH_TIMEOUT_S)
-        return sent, deliveries.first_error
+        return sent, _first_error(outcomes, sent)
 
     return exactly_once.write_transaction(options, batches, query_id=query_id, partition=context.partitionId(),
                                           batch_id=int(batch_id), send_rows=send)  # fmt: skip
 
 
-def _send_rows(producer: Any, options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> tuple[int, _Deliveries]:
-    deliveries = _Deliveries()
+def _send_rows(producer: Any, options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> tuple[int, OutcomeTally]:
+    """Send every row; the outcomes are counted per producer batch (the records' ``batch_outcome``, as
+    ``odradek perf produce`` counts them): no callback per record, which cost more than the send itself."""
+    tally = OutcomeTally()
+    keep = tally.outcomes.append
+    send = producer.send
     sent = 0
     for batch in batches:
         columns = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
         n = batch.num_rows
         values = _bytes_column(columns["value"])
-        keys = _bytes_column(columns["key"]) if "key" in columns else repeat(None, n)
-        topics: Any = repeat(options.topic, n) if options.topic else columns["topic"].to_pylist()
-        partitions: Any = columns["partition"].to_pylist() if "partition" in columns else repeat(None, n)
-        headers: Any = _headers_column(columns["headers"]) if "headers" in columns else repeat(None, n)
-        for value, key, topic, partition, header in zip(values, keys, topics, partitions, headers, strict=False):
-            if topic is None:
-                raise ValueError("a row has a null topic; set the topic option to give rows a default topic")
-            future = producer.send(topic, value=value, key=key, headers=header, partition=partition)
-            future.add_done_callback(deliveries.done)
-            sent += 1
-    return sent, deliveries
+        keys = _bytes_column(columns["key"]) if "key" in columns else None
+        topic = options.topic
+        if topic and keys is None and "partition" not in columns and "headers" not in columns:
+            for value in values:  # the common case: values only, one topic (no per-row arguments to build)
+                keep(send(topic, value).batch_outcome)
+        else:
+            topics: Any = repeat(topic, n) if topic else columns["topic"].to_pylist()
+            partitions: Any = columns["partition"].to_pylist() if "partition" in columns else repeat(None, n)
+            headers: Any = _headers_column(columns["headers"]) if "headers" in columns else repeat(None, n)
+            rows = zip(values, keys if keys is not None else repeat(None, n), topics, partitions, headers, strict=False)
+            for value, key, row_topic, partition, header in rows:
+                if row_topic is None:
+                    raise ValueError("a row has a null topic; set the topic option to give rows a default topic")
+                keep(send(row_topic, value=value, key=key, headers=header, partition=partition).batch_outcome)
+        sent += n
+        if len(tally.outcomes) >= FOLD_EVERY:
+            tally.fold()
+    return sent, tally
+
+
+def _first_error(outcomes: OutcomeTally, sent: int) -> BaseException | None:
+    """After the producer's flush: the first failure of the records sent (every one is answered by then)."""
+    outcomes.fold()
+    if outcomes.pending:
+        return RuntimeError(f"{sum(outcomes.pending.values())} of {sent} records were unanswered after the flush")
+    return outcomes.first_error
 
 
 def _bytes_column(column: pa.Array) -> list[bytes | None]:
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        return [None if s is None else s.encode() for s in column.to_pylist()]
+    """The column's values as bytes (strings as UTF-8: Arrow's string and binary layouts are the same, so
+    the cast copies nothing and no Python str is made)."""
+    if pa.types.is_string(column.type):
+        column = column.cast(pa.binary())
+    elif pa.types.is_large_string(column.type):
+        column = column.cast(pa.large_binary())
     return list(column.to_pylist())
 
 

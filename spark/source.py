@@ -46,8 +46,17 @@ from spark.options import (
     parse_sink_options,
     parse_source_options,
 )
-from spark.planning import DataLoss, OffsetRange, Offsets, TriggerPacer, count_offsets, plan_ranges, rate_limit
-from spark.reading import OffsetReader, read_range, report_data_loss
+from spark.planning import (
+    DataLoss,
+    OffsetRange,
+    Offsets,
+    TriggerPacer,
+    count_offsets,
+    pack_ranges,
+    plan_ranges,
+    rate_limit,
+)
+from spark.reading import OffsetReader, read_range, read_ranges, report_data_loss
 from spark.schema import source_schema
 
 
@@ -61,6 +70,21 @@ class OffsetRangePartition(InputPartition):
     def __repr__(self) -> str:
         r = self.value
         return f"OffsetRangePartition({r.topic}-{r.partition} [{r.start}, {r.end}))"
+
+
+class OffsetRangesPartition(InputPartition):
+    """One Spark task reading several ranges one after the other (``maxPartitions``): ``value``."""
+
+    def __init__(self, value: tuple[OffsetRange, ...]) -> None:
+        super().__init__(value)
+        self.value: tuple[OffsetRange, ...] = value
+
+    def __repr__(self) -> str:
+        return (
+            "OffsetRangesPartition("
+            + ", ".join(f"{r.topic}-{r.partition} [{r.start}, {r.end})" for r in self.value)
+            + ")"
+        )
 
 
 class OdradekDataSource(DataSource):
@@ -128,7 +152,17 @@ def _plan(
     ranges = plan_ranges(
         begin, end, min_partitions=options.min_partitions, max_records_per_partition=options.max_records_per_partition
     )
-    return [OffsetRangePartition(r) for r in ranges]
+    if options.max_partitions is None:
+        return [OffsetRangePartition(r) for r in ranges]
+    groups = pack_ranges(ranges, options.max_partitions, options.max_records_per_partition)
+    return [OffsetRangePartition(g[0]) if len(g) == 1 else OffsetRangesPartition(g) for g in groups]
+
+
+def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if isinstance(partition, OffsetRangesPartition):
+        return read_ranges(options, partition.value)
+    assert isinstance(partition, OffsetRangePartition)
+    return read_range(options, partition.value)
 
 
 class OdradekBatchReader(DataSourceReader):
@@ -152,8 +186,7 @@ class OdradekBatchReader(DataSourceReader):
         return _plan(self.options, reader, start, end, known_start=False)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRangePartition)
-        return read_range(self.options, partition.value)
+        return _read(self.options, partition)
 
 
 class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -223,8 +256,7 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _plan(self.options, self._offsets, begin, finish, known_start=True)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRangePartition)
-        return read_range(self.options, partition.value)
+        return _read(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the offsets are in Spark's checkpoint, not in a consumer group."""

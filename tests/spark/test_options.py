@@ -67,6 +67,8 @@ def test_a_misspelled_option_is_named_with_a_suggestion() -> None:
         ({"bootstrap.servers": "h:1", "assign": "[0, 1]"}, "assign: expected a JSON object"),
         ({"bootstrap.servers": "h:1", "subscribePattern": "(("}, "not a valid regular expression"),
         ({**BASE, "startingTimestamp": "yesterday"}, "startingTimestamp must be a timestamp in milliseconds"),
+        ({**BASE, "maxPartitions": "0"}, "maxPartitions must be a positive integer"),
+        ({**BASE, "minPartitions": "4", "maxPartitions": "2"}, r"minPartitions \(4\) must not exceed maxPartitions"),
     ],
 )
 def test_bad_streaming_options_are_errors_that_name_them(options: dict[str, str], message: str) -> None:

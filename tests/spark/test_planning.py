@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from common.clock import ManualClock
 from odradek.types import TopicPartition
-from spark.planning import DataLoss, OffsetRange, TriggerPacer, find_data_loss, plan_ranges, rate_limit, repair
+from spark.planning import (
+    DataLoss,
+    OffsetRange,
+    TriggerPacer,
+    find_data_loss,
+    pack_ranges,
+    plan_ranges,
+    rate_limit,
+    repair,
+)
 from spark.reading import DataLossError, report_data_loss
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
+BY_PARTITION = attrgetter("topic", "partition", "start")
 
 backlogs = st.dictionaries(
     st.builds(TopicPartition, st.sampled_from(["a", "b", "c"]), st.integers(0, 5)),
@@ -94,3 +106,36 @@ def test_plan_ranges_splits_for_min_partitions_and_max_records() -> None:
     assert len(capped) == 10
     assert max(r.size for r in capped) <= 10
     assert sum(r.size for r in capped) == 95
+
+
+def test_pack_ranges_balances_at_most_max_tasks_groups() -> None:
+    ranges = [OffsetRange("a", p, 0, size) for p, size in enumerate([50, 10, 40, 30, 5])]
+    assert pack_ranges(ranges, 5) == [(r,) for r in ranges]  # no more ranges than tasks: one each
+    groups = pack_ranges(ranges, 2)
+    assert len(groups) == 2
+    assert sorted((r for g in groups for r in g), key=BY_PARTITION) == ranges  # every range once
+    assert sorted(sum(r.size for r in g) for g in groups) == [65, 70]  # largest first into the smaller group
+    assert all(list(g) == sorted(g, key=BY_PARTITION) for g in groups)
+    assert pack_ranges(ranges, 1) == [tuple(ranges)]
+
+
+def test_pack_ranges_never_lets_a_group_exceed_max_records() -> None:
+    ranges = [OffsetRange("a", p, 0, 10) for p in range(5)]
+    groups = pack_ranges(ranges, 2, max_records=20)
+    assert len(groups) == 3  # maxRecordsPerPartition wins over maxPartitions
+    assert max(sum(r.size for r in g) for g in groups) <= 20
+    assert sorted((r for g in groups for r in g), key=BY_PARTITION) == ranges
+
+
+@given(
+    st.lists(st.integers(1, 1000), min_size=1, max_size=12),
+    st.integers(1, 6),
+    st.one_of(st.none(), st.integers(1000, 3000)),
+)
+def test_pack_ranges_keeps_every_range_once_within_the_limits(sizes: list[int], tasks: int, cap: int | None) -> None:
+    ranges = [OffsetRange("t", p, 7, 7 + size) for p, size in enumerate(sizes)]
+    groups = pack_ranges(ranges, tasks, cap)
+    assert sorted((r for g in groups for r in g), key=BY_PARTITION) == ranges
+    assert len(groups) == min(tasks, len(ranges)) if cap is None else len(groups) >= min(tasks, len(ranges))
+    if cap is not None:
+        assert all(len(g) == 1 or sum(r.size for r in g) <= cap for g in groups)

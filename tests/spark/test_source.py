@@ -85,6 +85,10 @@ def test_batch_read_between_offsets(spark: Any, cluster: Cluster) -> None:
     assert got == expected
     assert {r["topic"] for r in rows} == {topic}
     assert {r["timestampType"] for r in rows} == {0}
+    packed = reader(spark, cluster, subscribe=topic, startingOffsets=json.dumps({topic: {"0": 10, "1": -2}}),
+                    endingOffsets=json.dumps({topic: {"0": 25, "1": -1}}), maxPartitions="1").load()  # fmt: skip
+    assert packed.rdd.getNumPartitions() == 1  # one task reads both ranges, one after the other
+    assert sorted((r["partition"], r["offset"], r["value"]) for r in packed.collect()) == expected
 
 
 def test_batch_read_by_timestamp_and_assign(spark: Any, cluster: Cluster) -> None:

@@ -13,7 +13,7 @@ from odradek.types import TopicPartition
 from spark.options import parse_source_options
 from spark.planning import OffsetRange
 from spark.reading import DataLossError, OffsetReader
-from spark.source import OdradekStreamReader
+from spark.source import OdradekStreamReader, OffsetRangePartition, OffsetRangesPartition
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 
@@ -131,3 +131,13 @@ def test_the_initial_offsets_do_not_move_once_resolved() -> None:
     assert reader.initialOffset() == first == {"a": {"0": 5}}
     end = reader.latestOffset(roundtrip(first), ReadAllAvailable())
     assert [p.value for p in reader.partitions(roundtrip(reader.initialOffset()), end)] == [OffsetRange("a", 0, 5, 9)]
+
+
+def test_max_partitions_packs_the_ranges_of_a_micro_batch_into_fewer_tasks() -> None:
+    latest = {A0: 30, A1: 10, B0: 25}
+    reader, _, _ = make({"startingoffsets": "earliest", "maxpartitions": "2"}, dict.fromkeys(latest, 0), latest)
+    start = roundtrip(reader.initialOffset())
+    parts = list(reader.partitions(start, reader.latestOffset(start, ReadAllAvailable())))
+    assert [type(p) for p in parts] == [OffsetRangePartition, OffsetRangesPartition]
+    assert parts[0].value == OffsetRange("a", 0, 0, 30)
+    assert parts[1].value == (OffsetRange("a", 1, 0, 10), OffsetRange("b", 0, 0, 25))
