@@ -25,10 +25,9 @@ corrupt: it refuses to coordinate from it rather than skip facts).
 
 from __future__ import annotations
 
-import struct
-from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from broker.coordinator_fields import FieldReader, FieldWriter, RecordFormatError
 
 TopicPartition = tuple[str, int]
 
@@ -37,17 +36,6 @@ GROUP_METADATA_KEY = 3
 MEMBER_METADATA_KEY = 5
 CURRENT_ASSIGNMENT_KEY = 8
 VALUE_VERSION = 0
-
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-MAX_STRING_BYTES = 32767  # int16 length
-
-
-class RecordFormatError(ValueError):
-    """A ``__consumer_offsets`` key or value that does not parse."""
-
 
 # ------------------------------------------------------------------------------------------ records
 
@@ -126,124 +114,11 @@ class CoordinatorRecord:
         return encode_key(self.key), None if self.value is None else encode_value(self.value)
 
 
-# ------------------------------------------------------------------------------------- primitives
-
-
-class _Writer:
-    def __init__(self) -> None:
-        self._parts: list[bytes] = []
-
-    def i8(self, v: int) -> _Writer:
-        self._parts.append(_I8.pack(v))
-        return self
-
-    def i16(self, v: int) -> _Writer:
-        self._parts.append(_I16.pack(v))
-        return self
-
-    def i32(self, v: int) -> _Writer:
-        self._parts.append(_I32.pack(v))
-        return self
-
-    def i64(self, v: int) -> _Writer:
-        self._parts.append(_I64.pack(v))
-        return self
-
-    def string(self, s: str) -> _Writer:
-        data = s.encode("utf-8")
-        if len(data) > MAX_STRING_BYTES:
-            raise ValueError(f"string of {len(data)} bytes is longer than {MAX_STRING_BYTES}")
-        self._parts.append(_I16.pack(len(data)))
-        self._parts.append(data)
-        return self
-
-    def strings(self, items: Iterable[str]) -> _Writer:
-        seq = list(items)
-        self.i32(len(seq))
-        for s in seq:
-            self.string(s)
-        return self
-
-    def partitions(self, tps: Iterable[TopicPartition]) -> _Writer:
-        by_topic: dict[str, list[int]] = defaultdict(list)
-        for topic, number in tps:
-            by_topic[topic].append(number)
-        self.i32(len(by_topic))
-        for topic in sorted(by_topic):
-            self.string(topic)
-            numbers = sorted(by_topic[topic])
-            self.i32(len(numbers))
-            for n in numbers:
-                self.i32(n)
-        return self
-
-    def bytes(self) -> bytes:
-        return b"".join(self._parts)
-
-
-class _Reader:
-    def __init__(self, data: bytes, what: str) -> None:
-        self._data = data
-        self._pos = 0
-        self._what = what
-
-    def _take(self, s: struct.Struct) -> int:
-        if self._pos + s.size > len(self._data):
-            raise RecordFormatError(f"{self._what}: truncated at byte {self._pos}")
-        (v,) = s.unpack_from(self._data, self._pos)
-        self._pos += s.size
-        return int(v)
-
-    def i8(self) -> int:
-        return self._take(_I8)
-
-    def i16(self) -> int:
-        return self._take(_I16)
-
-    def i32(self) -> int:
-        return self._take(_I32)
-
-    def i64(self) -> int:
-        return self._take(_I64)
-
-    def count(self) -> int:
-        n = self.i32()
-        if n < 0 or n > len(self._data) - self._pos:
-            raise RecordFormatError(f"{self._what}: bad array length {n} at byte {self._pos - 4}")
-        return n
-
-    def string(self) -> str:
-        n = self.i16()
-        if n < 0 or self._pos + n > len(self._data):
-            raise RecordFormatError(f"{self._what}: bad string length {n} at byte {self._pos - 2}")
-        raw = self._data[self._pos : self._pos + n]
-        self._pos += n
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise RecordFormatError(f"{self._what}: string is not UTF-8: {exc}") from None
-
-    def strings(self) -> tuple[str, ...]:
-        return tuple(self.string() for _ in range(self.count()))
-
-    def partitions(self) -> frozenset[TopicPartition]:
-        result: set[TopicPartition] = set()
-        for _ in range(self.count()):
-            topic = self.string()
-            for _ in range(self.count()):
-                result.add((topic, self.i32()))
-        return frozenset(result)
-
-    def end(self) -> None:
-        if self._pos != len(self._data):
-            raise RecordFormatError(f"{self._what}: {len(self._data) - self._pos} bytes after the last field")
-
-
 # --------------------------------------------------------------------------------------- encoding
 
 
 def encode_key(key: Key) -> bytes:
-    w = _Writer()
+    w = FieldWriter()
     if isinstance(key, OffsetCommitKey):
         w.i16(OFFSET_COMMIT_KEY).string(key.group_id).string(key.topic).i32(key.partition)
     elif isinstance(key, GroupMetadataKey):
@@ -256,7 +131,7 @@ def encode_key(key: Key) -> bytes:
 
 
 def encode_value(value: Value) -> bytes:
-    w = _Writer().i16(VALUE_VERSION)
+    w = FieldWriter().i16(VALUE_VERSION)
     if isinstance(value, OffsetCommitValue):
         w.i64(value.offset).i32(value.leader_epoch).string(value.metadata).i64(value.commit_timestamp_ms)
     elif isinstance(value, GroupMetadataValue):
@@ -272,7 +147,7 @@ def encode_value(value: Value) -> bytes:
 
 
 def decode_key(data: bytes) -> Key:
-    r = _Reader(data, "__consumer_offsets key")
+    r = FieldReader(data, "__consumer_offsets key")
     version = r.i16()
     key: Key
     if version in (0, OFFSET_COMMIT_KEY):  # Kafka's offset keys are versions 0 and 1, same fields
@@ -290,7 +165,7 @@ def decode_key(data: bytes) -> Key:
 
 
 def decode_value(key: Key, data: bytes) -> Value:
-    r = _Reader(data, f"__consumer_offsets value of {key}")
+    r = FieldReader(data, f"__consumer_offsets value of {key}")
     version = r.i16()
     if version != VALUE_VERSION:
         raise RecordFormatError(f"value version {version} of {key} is unknown")
