@@ -6,7 +6,7 @@ Each thread serves every partition this broker follows from one leader, in two p
    such partitions in one request) where this replica's latest epoch ends, and truncate by the rules TR2-TR6
    of ``replication.truncation`` (asking again for TR4), never by the high watermark alone;
 2. *fetching* -- one long-polling Fetch (``replica.fetch.wait.max.ms``) for every fetching partition, sent
-   on the thread's ReplicaFetch stream (``odradek.net.streams``; one unary Fetch call a round with
+   on the thread's ReplicaFetch stream (``common.streams``; one unary Fetch call a round with
    ``replica.fetch.stream.enable=false``); the records are appended as they are (offsets and epochs kept),
    the leader's high watermark is taken up to the local log end, and each fetch reports this follower's
    position to the leader (HW4).
@@ -42,10 +42,10 @@ from broker.controller_channel import MAX_MESSAGE_BYTES
 from broker.lifecycle import LISTENER
 from broker.log_manager import TopicPartition
 from broker.replica_manager import ReplicaManager
+from common.streams import LockstepStream
 from controller.security.settings import open_channel
 from log import trace
 from metadata.image import MetadataImage
-from odradek.net.streams import LockstepStream
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
 from replication.epoch_cache import EpochEndOffset

@@ -178,7 +178,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             yield await self.Fetch(request, context)
 
     async def FetchStream(self, request_iterator: Any, context: Any) -> Any:
-        """A consumer's fetches on one stream, in lockstep, as :meth:`ReplicaFetch` (``odradek.net.streams``);
+        """A consumer's fetches on one stream, in lockstep, as :meth:`ReplicaFetch` (``common.streams``);
         UNIMPLEMENTED with ``consumer.fetch.stream.enable`` false (the consumer then makes unary calls)."""
         if not self._fetch_stream:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "consumer.fetch.stream.enable is false")

@@ -6,7 +6,7 @@ off, and holds fewer than two undrained answers: so while the application works 
 the next one is already on its way (the fetch offset runs ahead of the position, at the end of the
 last complete batch received). Answers are decoded one batch at a time as ``poll`` takes records, so
 ``max.poll.records`` bounds the work of a poll, not the answer's size. A broker's fetches go on one
-``FetchStream`` (``odradek.net.streams``: no call set-up per fetch; a broken stream fails the fetch on it,
+``FetchStream`` (``common.streams``: no call set-up per fetch; a broken stream fails the fetch on it,
 retried after the partitions' backoff on a new stream; a broker without the stream gets unary Fetch calls).
 
 Per-partition answers: records become a :class:`CompletedFetch`; OFFSET_OUT_OF_RANGE resets the
@@ -36,6 +36,7 @@ from typing import Any
 
 import grpc
 
+from common.streams import OrderedStream
 from log.record import HEADER_SIZE, BatchHeader, iter_batches
 from log.record.columns import Columns, iter_batch_columns
 from odradek.config import ConsumerConfig
@@ -49,7 +50,6 @@ from odradek.errors import (
     error_from_code,
 )
 from odradek.net import ClusterClient, rpc_error
-from odradek.net.streams import OrderedStream
 from odradek.read_committed import AbortedTransactionFilter
 from odradek.types import (
     TIMESTAMP_TYPE_CREATE_TIME,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from common.streams import StreamEnded
 from odradek.errors import (
     InvalidRequestError,
     KafkaError,
@@ -14,7 +15,6 @@ from odradek.errors import (
     UnsupportedVersionError,
     error_from_code,
 )
-from odradek.net.streams import StreamEnded
 
 REAUTHENTICATE = "odradek-reauthenticate"  # trailing metadata of a refusal: the node no longer knows the session
 

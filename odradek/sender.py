@@ -6,7 +6,7 @@ sendable batches, drain them (up to ``max.in.flight.requests.per.connection`` re
 next linger or backoff deadline or until woken (a new batch, a response, a flush, close).
 
 Request order: the sender thread starts each Produce request itself, on the broker's ``ProduceStream``
-(``odradek.net.streams.OrderedStream``: one long-lived stream per broker, requests pipelined on it and
+(``common.streams.OrderedStream``: one long-lived stream per broker, requests pipelined on it and
 answered in order, no call set-up per request), so one broker's requests go out in the order they were
 drained, as on a Kafka connection; with idempotence that is sequence order per partition (the leader then
 appends them in that order, holding a batch that overtook an earlier one on the broker's side:
@@ -51,6 +51,7 @@ from typing import Any
 import grpc
 
 from common.clock import Clock
+from common.streams import OrderedStream
 from log import trace
 from odradek.accumulator import ProducerBatch, RecordAccumulator
 from odradek.backoff import ExponentialBackoff
@@ -66,7 +67,6 @@ from odradek.errors import (
 )
 from odradek.idempotence import DUPLICATE_SEQUENCE, OUT_OF_ORDER, UNKNOWN_PRODUCER_ID, IdempotenceState, Verdict
 from odradek.net import ClusterClient, rpc_error
-from odradek.net.streams import OrderedStream
 from odradek.types import TopicPartition
 from proto import broker_pb2
 

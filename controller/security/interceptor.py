@@ -172,7 +172,7 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     checked once, each message of a request stream (ReplicaFetch, FetchStream, ProduceStream) as its own
     request; any other kind of handler is refused rather than served unchecked. A refused message ends the
     stream: nothing after it is read, every request before it is answered, then the stream fails with the
-    refusal (so a client knows the refused request is its oldest unanswered one, ``odradek.net.streams``)."""
+    refusal (so a client knows the refused request is its oldest unanswered one, ``common.streams``)."""
 
     def __init__(self, security: CallSecurity) -> None:
         self._security = security

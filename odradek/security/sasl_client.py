@@ -186,7 +186,7 @@ class FailedCall(grpc.RpcError, grpc.Future, grpc.Call):  # type: ignore[misc]
 class SaslClientInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):  # type: ignore[misc]
     """Adds the session token to every call of one channel (CS1-CS3), and to every stream when it opens (the
     node checks each of its messages with that token: one that expired ends the stream, which the client
-    opens again after authenticating again, ``odradek.net.streams``)."""
+    opens again after authenticating again, ``common.streams``)."""
 
     def __init__(self, session: SaslSession) -> None:
         self._session = session

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from common.streams import OrderedStream
 from log.record import parse_header
 from odradek import Producer, TopicPartition
 from odradek.errors import NetworkError
 from odradek.net import ClusterClient
-from odradek.net.streams import OrderedStream
 from tests.clients.fake_broker import FakeCluster
 from tests.support.launcher import wait_until
 
@@ -42,7 +42,7 @@ def test_produce_calls_start_on_the_sender_thread_in_sequence_order(
         cluster.produce_gate.set()
         assert [f.result(10).offset for f in futures] == [1, 2, 3, 4, 5]
     # The fake broker has no ProduceStream: the first request, refused on the stream (UNIMPLEMENTED), is sent
-    # again as a unary call by the stream's reader thread (odradek.net.streams, before any later request);
+    # again as a unary call by the stream's reader thread (common.streams, before any later request);
     # every later one is started by the sender thread.
     assert started[0][0] == "odradek-producer-sender-ordered-" + cluster.bootstrap.split(",")[0] + "-reader"
     assert {name for name, _ in started[1:]} == {"odradek-producer-sender-ordered"}

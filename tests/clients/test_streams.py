@@ -1,4 +1,4 @@
-"""``odradek.net.streams`` against a real gRPC server.
+"""``common.streams`` against a real gRPC server.
 
 :class:`LockstepStream` (a follower's ReplicaFetch): lockstep answers on one stream, a late answer cancelled
 by the watchdog (the call fails, the next one opens a new stream), a stream the leader ends, and a leader
@@ -21,8 +21,8 @@ from typing import Any
 import grpc
 import pytest
 
-from odradek.net import streams
-from odradek.net.streams import BROKEN_STREAMS, WATCHDOG_INTERVAL_S, LockstepStream, OrderedStream, StreamEnded
+from common import streams
+from common.streams import BROKEN_STREAMS, WATCHDOG_INTERVAL_S, LockstepStream, OrderedStream, StreamEnded
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
 

@@ -4,7 +4,7 @@ the broker itself).
 The broker runs with ``--advertised <proxy address>``, so clients that find it through Metadata connect to
 the proxy. Every unary call is forwarded as raw bytes; the streams (the followers' ``ReplicaFetch``, the
 consumers' ``FetchStream``, the producers' ``ProduceStream``) are not served (UNIMPLEMENTED: the followers,
-consumers and producers then make unary calls, ``odradek.net.streams``); after :meth:`lose_answers`
+consumers and producers then make unary calls, ``common.streams``); after :meth:`lose_answers`
 the next ``n`` Produce calls are forwarded, answered by the broker (the records are written), and then
 fail towards the client with UNAVAILABLE, as if the connection dropped before the answer arrived.
 

@@ -1,5 +1,5 @@
 """The streams (a follower's ReplicaFetch, a consumer's FetchStream, a producer's ProduceStream) broken by the
-path between real processes (``odradek.net.streams``): three brokers, each advertised behind a
+path between real processes (``common.streams``): three brokers, each advertised behind a
 :class:`~tests.broker.stream_proxy.StreamProxy`, a 1-partition topic with RF 3, an idempotent acks=all
 producer and a consumer, both through the proxies.
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from common.streams import BROKEN_STREAMS
 from odradek import Admin, Consumer, Producer, TopicPartition
-from odradek.net.streams import BROKEN_STREAMS
 from tests.broker.cluster import Cluster, behind_proxies
 from tests.broker.stream_proxy import StreamProxy
 
