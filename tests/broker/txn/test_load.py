@@ -9,7 +9,7 @@ from pathlib import Path
 from broker.txn.coordinator import read_records
 from broker.txn.records import encode_record
 from broker.txn.state import TxnMetadata, TxnState
-from log.clock import ManualClock
+from common.clock import ManualClock
 from log.log import Log
 from log.record.builder import build_batch
 from tests.log.conftest import START_MS, small_config
