@@ -12,7 +12,6 @@ but is a string literal of the code (a config key such as ``log.retention.ms``) 
 from __future__ import annotations
 
 import ast
-import fnmatch
 import functools
 import os
 import re
@@ -21,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.ignored import ignored
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = (
@@ -41,18 +42,6 @@ _PLACEHOLDER = re.compile(r"[<>{}*\s$|\[\]=,]|\.\.\.")
 
 
 @functools.cache
-def _ignore_patterns() -> tuple[str, ...]:
-    lines = (ROOT / ".gitignore").read_text().splitlines() if (ROOT / ".gitignore").is_file() else []
-    return tuple(line.strip().strip("/") for line in lines if line.strip() and not line.startswith("#"))
-
-
-def _ignored(path: str) -> bool:
-    """A build or run product (``deploy/build/context/``): a part of its path matches ``.gitignore``."""
-    parts = path.strip("/").split("/")
-    return any(fnmatch.fnmatch(part, pattern) for part in parts for pattern in _ignore_patterns())
-
-
-@functools.cache
 def _tracked_files() -> tuple[str, ...]:
     """The repository's files: ``git ls-files`` in a clone, else the tree without what ``.gitignore`` names."""
     try:
@@ -61,9 +50,9 @@ def _tracked_files() -> tuple[str, ...]:
     except (OSError, subprocess.CalledProcessError):  # an export without .git
         names = []
         for top, dirs, files in os.walk(ROOT):
-            dirs[:] = [d for d in dirs if d != ".git" and not _ignored(d)]
+            dirs[:] = [d for d in dirs if d != ".git" and not ignored(d)]
             rel = Path(top).relative_to(ROOT)
-            names += [str(rel / f) for f in files if not _ignored(f)]
+            names += [str(rel / f) for f in files if not ignored(f)]
     return tuple(name for name in names if (ROOT / name).is_file())
 
 
@@ -227,7 +216,7 @@ def _problem(doc: Path, token: str) -> str | None:
         if text.split("/")[0] not in _tracked_top_dirs() and not (doc.parent / text.split("/")[0]).exists():
             return None  # made at run time (``odradek-data/cluster.json``), not a file of the repository
         path = text.split("#")[0]
-        if (ROOT / path).exists() or (doc.parent / path).exists() or _ignored(path):
+        if (ROOT / path).exists() or (doc.parent / path).exists() or ignored(path):
             return None
         return f"path {text!r} does not exist"
     if _PLACEHOLDER.search(text) or not _DOTTED.fullmatch(text):

@@ -15,6 +15,8 @@ import functools
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support.ignored import ignored
+
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = (
     "common", "log", "replication", "metadata", "controller", "broker", "odradek", "proto", "chaos", "spark", "deploy"
@@ -59,6 +61,8 @@ def _modules(packages: tuple[str, ...] = PRODUCT) -> dict[str, Path]:
     found: dict[str, Path] = {}
     for package in packages:
         for path in sorted((ROOT / package).rglob("*.py")):  # nothing when the package does not exist (yet)
+            if ignored(str(path.relative_to(ROOT))):  # a build product (deploy/build/context/: a copy of the sources)
+                continue
             parts = path.relative_to(ROOT).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             found[name] = path
