@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable
@@ -186,6 +187,10 @@ class Purgatory(Generic[Op]):
         self._watchers: dict[Key, dict[int, Op]] = {}
         self._live: dict[int, Op] = {}
         self._timer = DeadlineHeap()
+        # when the reaper, waiting, will look at the heap again by itself (-inf while it is not waiting): a new
+        # deadline wakes it only when earlier, so parking an operation costs no thread switch (a long poll's
+        # deadline is almost always later than the reaper's next look)
+        self._reaper_looks_ms = -math.inf
         self._thread: threading.Thread | None = None
         self._stopping = False
 
@@ -217,8 +222,10 @@ class Purgatory(Generic[Op]):
             return True
         with self._cond:
             if not op.is_completed:
-                self._timer.add(op, self._clock.monotonic_ms() + op.delay_ms)
-                self._cond.notify()
+                deadline = self._clock.monotonic_ms() + op.delay_ms
+                self._timer.add(op, deadline)
+                if deadline < self._reaper_looks_ms:
+                    self._cond.notify()
         return op.is_completed
 
     def check_and_complete(self, key: Key) -> int:
@@ -276,9 +283,13 @@ class Purgatory(Generic[Op]):
                 if self._stopping:
                     return
                 deadline = self._timer.next_deadline()
-                wait_ms = _REAPER_MAX_SLEEP_S * 1000 if deadline is None else deadline - self._clock.monotonic_ms()
+                now_ms = self._clock.monotonic_ms()
+                wait_ms = _REAPER_MAX_SLEEP_S * 1000 if deadline is None else deadline - now_ms
                 if wait_ms > 0:
-                    self._cond.wait(min(wait_ms / 1000.0, _REAPER_MAX_SLEEP_S))
+                    wait_ms = min(wait_ms, _REAPER_MAX_SLEEP_S * 1000)
+                    self._reaper_looks_ms = now_ms + wait_ms
+                    self._cond.wait(wait_ms / 1000.0)
+                    self._reaper_looks_ms = -math.inf
                     continue
             try:
                 self.expire_due()

@@ -27,16 +27,25 @@ async def run_blocking(pool: concurrent.futures.Executor, fn: Callable[..., T], 
 class Wakeup:
     """An ``asyncio`` future that any thread may complete: what a waiting long poll awaits.
 
-    Made on the loop (``Wakeup()`` inside a coroutine); ``wake`` from any thread, any number of times.
+    Made on the loop (``Wakeup()`` inside a coroutine); ``wake`` from any thread, any number of times. A wake on
+    the loop's own thread (an append completing the fetches it satisfied) sets the future at once; from another
+    thread it goes through ``call_soon_threadsafe`` (a write to the loop's self-pipe). :meth:`wait` arms one
+    timer handle and awaits the future itself (no ``wait_for`` task, no ``shield``): a long poll is on the way
+    of every replicated and consumed record.
     """
 
-    __slots__ = ("_loop", "_future")
+    __slots__ = ("_loop", "_thread", "_future", "_timed_out")
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
         self._future: asyncio.Future[None] = self._loop.create_future()
+        self._timed_out = False
 
     def wake(self) -> None:
+        if threading.get_ident() == self._thread:
+            self._set()
+            return
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
             self._loop.call_soon_threadsafe(self._set)
 
@@ -44,13 +53,21 @@ class Wakeup:
         if not self._future.done():
             self._future.set_result(None)
 
+    def _expire(self) -> None:
+        if not self._future.done():
+            self._timed_out = True
+            self._future.set_result(None)
+
     async def wait(self, timeout_s: float) -> bool:
         """True when woken before ``timeout_s`` passed."""
+        if self._future.done():
+            return not self._timed_out
+        timer = self._loop.call_later(max(timeout_s, 0.0), self._expire)
         try:
-            await asyncio.wait_for(asyncio.shield(self._future), max(timeout_s, 0.0))
-        except TimeoutError:
-            return False
-        return True
+            await self._future
+        finally:
+            timer.cancel()
+        return not self._timed_out
 
 
 class OffsetWaiters:

@@ -30,9 +30,11 @@ Not thread-safe: a Segment belongs to one Log, which serializes every call.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import mmap
 import os
+from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -61,6 +63,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"  # log.txn_index
 NO_TIMESTAMP = -1
+_RECENT_BATCHES = 64  # the tail's batches a reader at the end finds without reading the file
 _WINDOW_BYTES = 16 * 1024  # a few index intervals of small batches; 1.5% extra on a 1 MiB batch
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
@@ -73,6 +76,10 @@ def parse_base_offset(name: str) -> int | None:
     """The base offset in a segment file name (``00000000000000000042.log`` -> 42), or None."""
     stem = name.split(".", 1)[0]
     return int(stem) if len(stem) == 20 and stem.isascii() and stem.isdigit() else None
+
+
+def _last_offset(entry: tuple[int, BatchHeader]) -> int:
+    return entry[1].last_offset
 
 
 def iter_headers(fd: int, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
@@ -180,6 +187,9 @@ class Segment:
         self.created_ms = now_ms
         self.first_batch_ms: int | None = None
         self._bytes_since_index = 0
+        # the last batches appended (position, header), oldest first: readers at the log's end (a follower,
+        # a caught-up consumer) find their batch here without a pread and a header scan
+        self._recent: deque[tuple[int, BatchHeader]] = deque(maxlen=_RECENT_BATCHES)
 
     # ----------------------------------------------------------------------------------- lifecycle
 
@@ -297,6 +307,8 @@ class Segment:
         if removed:
             os.ftruncate(self._fd, valid)
             self.size_bytes = valid
+            while self._recent and self._recent[-1][0] >= valid:
+                self._recent.pop()
         self._load_first_batch_time(now_ms)
         self._load_txn_index()
         return removed
@@ -306,6 +318,7 @@ class Segment:
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = -1
         self._bytes_since_index = 0
+        self._recent.clear()
 
     def close(self) -> None:
         self.offset_index.close()
@@ -388,6 +401,7 @@ class Segment:
             self._bytes_since_index = 0
         self._bytes_since_index += header.size_bytes
         self.next_offset = header.next_offset
+        self._recent.append((pos, header))
 
     def truncate_to(self, offset: int) -> int | None:
         """Drop every batch whose last offset is >= ``offset``; the first dropped base offset, or None."""
@@ -397,6 +411,8 @@ class Segment:
         position, first_dropped = found
         os.ftruncate(self._fd, position)
         self.size_bytes = position
+        while self._recent and self._recent[-1][0] >= position:
+            self._recent.pop()
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)
@@ -409,6 +425,12 @@ class Segment:
 
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= ``offset``, or None."""
+        recent = self._recent
+        if recent and offset >= recent[0][1].base_offset:
+            # every batch before the recent ones ends below ``offset``: the answer is among them, or none is
+            if offset > recent[-1][1].last_offset:
+                return None
+            return recent[bisect.bisect_left(recent, offset, key=_last_offset)]
         start = self.offset_index.lookup(offset)
         for pos, header in iter_headers(self._fd, start, self.size_bytes):
             if header.last_offset >= offset:

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from broker import purgatory as purgatory_module
 from broker.purgatory import DeadlineHeap, DelayedOperation, Purgatory
 from common.clock import ManualClock, SystemClock
 
@@ -218,6 +219,38 @@ def test_the_reaper_thread_expires_with_the_real_clock() -> None:
         assert op.wait(10.0), "the reaper never expired the operation"
         assert op.expired
         assert op.expirations == 1
+    finally:
+        purgatory.shutdown()
+
+
+def test_the_reaper_is_woken_only_by_a_deadline_earlier_than_its_next_look(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parking an operation wakes the reaper thread only when its deadline comes before the reaper's next look
+    (a thread switch per parked long poll otherwise); an earlier deadline still expires on time."""
+    monkeypatch.setattr(purgatory_module, "_REAPER_MAX_SLEEP_S", 600.0)  # it would sleep out the long deadline
+    purgatory: Purgatory[Counting] = Purgatory("real", SystemClock(), 100)
+    notified = []
+    real_notify = purgatory._cond.notify
+    monkeypatch.setattr(purgatory._cond, "notify", lambda n=1: (notified.append(n), real_notify(n)))
+    long = Counting(300_000)
+    purgatory.try_complete_else_watch(long, ["a"])  # before the reaper starts: its first look is for this one
+    purgatory.start()
+    try:
+        deadline = time.monotonic() + 10
+        while purgatory._reaper_looks_ms < 0 and time.monotonic() < deadline:  # until the reaper waits for it
+            time.sleep(0.01)
+        assert purgatory._reaper_looks_ms > 0, "the reaper never went to sleep"
+        before = len(notified)
+        later = [Counting(400_000) for _ in range(20)]
+        for op in later:
+            purgatory.try_complete_else_watch(op, ["b"])
+        assert len(notified) == before, "a later deadline woke the reaper"
+        short = Counting(50)
+        purgatory.try_complete_else_watch(short, ["c"])
+        assert len(notified) == before + 1
+        assert short.wait(10.0), "the earlier deadline did not wake the reaper"
+        assert short.expired
+        assert not long.is_completed
+        assert not any(op.is_completed for op in later)
     finally:
         purgatory.shutdown()
 

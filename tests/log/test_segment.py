@@ -21,6 +21,7 @@ from log.errors import CorruptRecordError
 from log.record.header import BatchHeader, parse_header
 from log.record.validator import RecordPolicy
 from log.segment import (
+    _RECENT_BATCHES,
     Segment,
     iter_headers,
     parse_base_offset,
@@ -118,6 +119,34 @@ def test_find_batch_returns_the_batch_holding_each_offset(segment: Segment) -> N
     for position, header in written:
         for offset in range(header.base_offset, header.next_offset):
             assert segment.find_batch(offset) == (position, header)
+    assert segment.find_batch(segment.next_offset) is None
+
+
+def test_find_batch_at_the_tail_agrees_with_the_scan_of_the_file(tmp_path: Path, segment: Segment) -> None:
+    """A reader at the end finds its batch among the last ones appended (no file read): for every offset, before
+    and after a truncation and the appends after it, the answer is the one a reopened segment finds by scanning
+    the file from the index."""
+
+    def answers(seg: Segment) -> list[tuple[int, BatchHeader] | None]:
+        return [seg.find_batch(offset) for offset in range(BASE - 1, seg.next_offset + 2)]
+
+    def scanned() -> list[tuple[int, BatchHeader] | None]:
+        reopened, _ = Segment.open(tmp_path, BASE, small_config(), START_MS, recover=False, min_offset=BASE)
+        try:
+            assert not reopened._recent  # nothing appended since it was opened: every answer comes from the file
+            return answers(reopened)
+        finally:
+            reopened.close()
+
+    written = fill(segment, some_batches(3 * _RECENT_BATCHES))  # more than the tail keeps
+    assert len(segment._recent) == _RECENT_BATCHES
+    assert answers(segment) == scanned()
+    segment.truncate_to(written[-10][1].base_offset + 1)  # inside the kept tail
+    assert answers(segment) == scanned()
+    segment.truncate_to(written[20][1].base_offset)  # below it
+    assert not segment._recent
+    fill(segment, some_batches(5, records=2))
+    assert answers(segment) == scanned()
     assert segment.find_batch(segment.next_offset) is None
 
 
