@@ -81,3 +81,17 @@ def test_breakdown_traces_every_stage(tmp_path: Path) -> None:
         count, p50, p99 = int(cells[0]), float(cells[1]), float(cells[2])
         assert count > 0, name
         assert 0 <= p50 <= p99, name
+
+
+def test_the_rpc_floor_bench_measures_every_transport() -> None:
+    """``bench.rpc_floor``: a server process per transport, started and stopped; every figure present and sane."""
+    done = run("bench.rpc_floor", ["--round-trips", "50", "--repeat", "1", "--pace-ms", "0.2", "--json"], 120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(doc["transports"]) == {"grpc-sync-stream", "grpc-aio-stream", "grpc-sync-unary", "tcp-asyncio"}
+    for name, figures in doc["transports"].items():
+        assert 0 < figures["p50_ms"] <= figures["p99_ms"], name
+        assert figures["client_cpu_us"] > 0, name
+        assert figures["server_cpu_us"] >= 0, name  # /proc counts in clock ticks: a short run may show none
+    table = done.stdout.split("\n")
+    assert any(line.startswith("tcp-asyncio") for line in table)
