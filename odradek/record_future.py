@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import FINISHED, PENDING  # the states wait() and as_completed() compare
@@ -267,3 +268,38 @@ def _only_the_producer() -> InvalidStateError:
 
 _futures_log = logging.getLogger("concurrent.futures")
 _INDEX = attrgetter("_index")
+
+
+FOLD_EVERY = 1 << 16  # records noted between two folds of an OutcomeTally (bounds its memory)
+
+
+class OutcomeTally:
+    """Every record's outcome, counted per batch, without a callback per record (``odradek perf produce``, the
+    Spark sink). The send loop appends each record's ``batch_outcome`` to
+    ``outcomes``; ``fold`` (main thread) counts them by batch, and tallies the batches that are done:
+    delivered, or failed (``first_error``: the first failure folded). Folding every FOLD_EVERY records
+    keeps the memory to the batches still in flight.
+
+    The sender thread resolves an outcome (``error``, then ``done``) while the main thread folds: an
+    outcome seen ``done`` has its ``error`` set."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[BatchOutcome] = []  # per record noted since the last fold
+        self.pending: Counter[BatchOutcome] = Counter()  # records per batch outcome not done when last folded
+        self.delivered = 0
+        self.failed = 0
+        self.first_error: BaseException | None = None
+
+    def fold(self) -> None:
+        pending = self.pending
+        pending.update(self.outcomes)
+        self.outcomes.clear()
+        for outcome, records in list(pending.items()):
+            if not outcome.done:
+                continue
+            del pending[outcome]
+            if outcome.error is None:
+                self.delivered += records
+            else:
+                self.failed += records
+                self.first_error = self.first_error or outcome.error

@@ -28,7 +28,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import StructType
 
 from odradek.errors import ConfigError
-from odradek.perf.produce import FOLD_EVERY, OutcomeTally
+from odradek.record_future import FOLD_EVERY, OutcomeTally
 from spark import clients
 from spark.options import OptionError, SinkOptions
 from spark.schema import check_sink_schema

@@ -5,9 +5,9 @@ times with a null key (sticky partitioning).
 
 Every record's outcome is counted, and the throughput is that of all the records: the time runs from the
 first ``send`` to the completion of the last record. Outcomes are counted per producer batch
-(:class:`OutcomeTally`): the futures of one batch share one :class:`~odradek.accumulator.BatchOutcome`
-(their ``batch_outcome``), so the send loop notes it per record, and each batch's outcome (delivered, or
-failed with its error) counts once for each of its records.
+(``odradek.record_future.OutcomeTally``, which the Spark sink uses too): the futures of one batch share one
+``BatchOutcome`` (their ``batch_outcome``), so the send loop notes it per record, and each batch's outcome
+(delivered, or failed with its error) counts once for each of its records.
 
 Latency is timed on a deterministic sample, as Kafka's ProducerPerformance samples the latencies of its
 percentiles: the records are sent in runs of ``latency_sample_every``, and the first record of each run
@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import random
 import threading
-from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -30,12 +29,12 @@ from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any
 
 from odradek.perf.stats import Recorder, Throttle
+from odradek.record_future import FOLD_EVERY, OutcomeTally
 
 if TYPE_CHECKING:
     from odradek.types import RecordMetadata
 
 CALLBACKS_TIMEOUT_S = 30.0
-FOLD_EVERY = 1 << 16  # records noted between two folds of the outcome tally (bounds its memory)
 LATENCY_SAMPLES = 50_000  # the default sampling times about this many records
 
 
@@ -173,37 +172,6 @@ def produce(producer: Any, run: ProduceRun, recorder: Recorder) -> ProduceResult
     if tally.pending:
         raise RuntimeError("a record was still unanswered after the producer's flush")
     return ProduceResult(tally.delivered, tally.failed, tally.first_error, seconds, len(recorder.latencies_ms))
-
-
-class OutcomeTally:
-    """Every record's outcome, counted per batch. The send loop appends each record's ``batch_outcome`` to
-    ``outcomes``; ``fold`` (main thread) counts them by batch, and tallies the batches that are done:
-    delivered, or failed (``first_error``: the first failure folded). Folding every FOLD_EVERY records
-    keeps the memory to the batches still in flight.
-
-    The sender thread resolves an outcome (``error``, then ``done``) while the main thread folds: an
-    outcome seen ``done`` has its ``error`` set."""
-
-    def __init__(self) -> None:
-        self.outcomes: list[Any] = []  # BatchOutcome per record noted since the last fold
-        self.pending: Counter[Any] = Counter()  # records per batch outcome not done when last folded
-        self.delivered = 0
-        self.failed = 0
-        self.first_error: BaseException | None = None
-
-    def fold(self) -> None:
-        pending = self.pending
-        pending.update(self.outcomes)
-        self.outcomes.clear()
-        for outcome, records in list(pending.items()):
-            if not outcome.done:
-                continue
-            del pending[outcome]
-            if outcome.error is None:
-                self.delivered += records
-            else:
-                self.failed += records
-                self.first_error = self.first_error or outcome.error
 
 
 def producer_config(
