@@ -243,3 +243,22 @@ def test_transactions_under_kills_and_pause(backend: LocalBackend, tmp_path: Pat
     assert txns.get("ok", 0) > 0, result.report
     assert txns.get("failed", 0) > 0, result.report  # the aborted ones: what aborted-read looks for
     assert result.summary["meta"]["rc_readers"] == 2
+
+
+def test_transactions_under_kill_leader(backend: LocalBackend, tmp_path: Path) -> None:
+    """The transactional workload of the test above (two transactional producers, every fourth transaction
+    aborted, two read_committed readers) while partition leaders of the data topic are killed (kill -9) and
+    started again with transactions open on them: the leader changes under open transactions, and the new
+    leader must know them (its producer state, its last stable offset, its aborted-transaction index) from
+    replication alone. The same checkers find nothing: no aborted value read by a read_committed reader, every
+    value of a committed transaction read, none twice, no transaction of unknown outcome read in part, and the
+    log checkers (nothing acknowledged lost, offsets consistent)."""
+    result = chaos_run(backend, tmp_path, "kill-leader", 10, txn_producers=2, rc_readers=2,
+                       duration_s=2 * (TIMING.quiet_s[1] + TIMING.hold_s[1]) + 15.0)  # fmt: skip
+    txns = result.summary["operations"]["transactions"]
+    assert txns.get("ok", 0) > 0, result.report
+    assert txns.get("failed", 0) > 0, result.report  # the aborted ones: what aborted-read looks for
+    assert result.summary["meta"]["rc_readers"] == 2
+    episodes = [e for e in result.summary["episodes"] if e["fault"] == "kill-leader"]
+    assert episodes, result.report
+    assert all(e["recovered_s"] is not None for e in episodes), result.report

@@ -1,5 +1,6 @@
-"""The Kafka-protocol listener secured, tested with a real Kafka client (confluent-kafka / librdkafka): SASL_SSL
-with SCRAM and PLAIN, and the same authorizer as the gRPC listeners."""
+"""The Kafka-protocol listener secured, tested with real Kafka clients (confluent-kafka / librdkafka, and
+kafka-python's admin client for ListTransactions, which confluent-kafka lacks): SASL_SSL with SCRAM and PLAIN,
+and the same authorizer as the gRPC listeners."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ with warnings.catch_warnings():  # kafka-python's import (by tests.kafka.conftes
     warnings.simplefilter("ignore", DeprecationWarning)
     from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
     from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
 
 from odradek import Admin, NewTopic
 from odradek.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
@@ -36,7 +38,9 @@ def secured(tmp_path: Path) -> Iterator[tuple[Cluster, TlsFiles]]:
         controller_config={**files.node_config("CONTROLLER:SSL"), **authz},
         broker_config={**files.node_config("PLAINTEXT:SSL,KAFKA:SASL_SSL,CONTROLLER:SSL"), **authz,
                        "listener.name.kafka.ssl.client.auth": "none", "offsets.topic.replication.factor": "1",
-                       "offsets.topic.num.partitions": "2", "group.initial.rebalance.delay.ms": "0"},
+                       "offsets.topic.num.partitions": "2", "group.initial.rebalance.delay.ms": "0",
+                       "transaction.state.log.num.partitions": "2", "transaction.state.log.replication.factor": "1",
+                       "transaction.state.log.min.isr": "1"},
         channel_credentials=client_tls,
     ) as cluster:  # fmt: skip
         with Admin({"bootstrap.servers": cluster.bootstrap_servers, **files.client_config()}) as admin:
@@ -113,3 +117,62 @@ def test_real_kafka_client_over_sasl_ssl(secured: tuple[Cluster, TlsFiles]) -> N
         refused.poll(1)  # serves the error callbacks
         if "sasl.username" in config:
             assert any(e.code() == KafkaError._AUTHENTICATION and "invalid credentials" in e.str() for e in errors)
+
+
+def test_list_transactions_shows_the_ids_the_caller_may_describe(secured: tuple[Cluster, TlsFiles]) -> None:
+    """ListTransactions (66) over SASL_SSL from kafka-python's admin client: bob (WRITE on the transactional ids
+    ``tx-*``, which implies DESCRIBE) opens two transactions with librdkafka's transactional producer; erin, with
+    DESCRIBE on ``tx-visible`` alone, is listed that one only; carol, with no ACL, none; bob both."""
+    cluster, files = secured
+    with Admin({"bootstrap.servers": cluster.bootstrap_servers, **files.client_config()}) as admin:
+        admin.upsert_scram_credential("erin", "SCRAM-SHA-256", "erin-secret", 4096)
+        admin.create_acls([
+            AclBinding(ResourceType.TRANSACTIONAL_ID, "tx-", PatternType.PREFIXED, "User:bob", "*",
+                       AclOperation.WRITE, AclPermissionType.ALLOW),
+            AclBinding(ResourceType.TRANSACTIONAL_ID, "tx-visible", PatternType.LITERAL, "User:erin", "*",
+                       AclOperation.DESCRIBE, AclPermissionType.ALLOW),
+        ])  # fmt: skip
+    bob = client(cluster, files, "bob", "bob-secret")
+    producers = [open_transaction(bob, txn_id) for txn_id in ("tx-visible", "tx-hidden")]
+    try:
+
+        def listed(user: str, password: str, mechanism: str = "SCRAM-SHA-256") -> list[str]:
+            kafka_admin = KafkaAdminClient(
+                bootstrap_servers=cluster.kafka_bootstrap_servers, security_protocol="SASL_SSL",
+                ssl_cafile=str(files.ca), sasl_mechanism=mechanism, sasl_plain_username=user,
+                sasl_plain_password=password, request_timeout_ms=10000,
+            )  # fmt: skip
+            try:
+                by_broker = kafka_admin.list_transactions()
+            finally:
+                kafka_admin.close()
+            return sorted(t.transactional_id for listing in by_broker.values() for t in listing)
+
+        assert listed("bob", "bob-secret") == ["tx-hidden", "tx-visible"]
+        # erin's ACL came in the same metadata batch as bob's (one create_acls call): bob's wait was erin's too
+        assert listed("erin", "erin-secret") == ["tx-visible"]
+        assert listed("carol", "carol-secret", "SCRAM-SHA-512") == []
+    finally:
+        for producer in producers:
+            producer.abort_transaction(30)
+        producers.clear()  # librdkafka's producers go now, before the fixture stops the broker
+
+
+def open_transaction(config: dict[str, Any], txn_id: str) -> Producer:
+    """A librdkafka transactional producer with one record sent in an open transaction. The first tries may
+    meet a broker that has not yet received the ACL (bounded retries, a new producer each time: the error
+    is fatal to the one that met it)."""
+    deadline = time.monotonic() + 30
+    while True:
+        producer = Producer({**config, "transactional.id": txn_id, "transaction.timeout.ms": 60000})
+        try:
+            producer.init_transactions(15)
+            break
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    producer.begin_transaction()
+    producer.produce("orders", f"in {txn_id}".encode())
+    producer.flush(30)
+    return producer
