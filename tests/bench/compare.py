@@ -31,7 +31,10 @@ Workloads (record counts times ``--scale``):
 ``--variant NAME:KEY=VALUE,...`` starts one more Odradek cluster with those broker configs, whose systems are
 named ``odradek-rf3@NAME`` / ``odradek-rf1@NAME``: an improvement measured against the code without it
 (its switch off) in the same run, e.g. ``--variant before:fetch.inline.read.max.bytes=0 --systems
-odradek-rf3@before,odradek-rf3``. The clusters all run at once (the idle ones cost a little CPU).
+odradek-rf3@before,odradek-rf3``. ``--tree NAME:PATH`` does the same for a change of code: the cluster
+``odradek-rf3@NAME`` and its ``odradek perf`` clients run from the checkout at PATH (its ``.venv`` when it
+has one), e.g. ``git worktree add /tmp/base main~3`` then ``--tree base:/tmp/base --systems
+odradek-rf3@base,odradek-rf3``. The clusters all run at once (the idle ones cost a little CPU).
 
 Every workload writes to a fresh topic or stream. With ``--repeat N`` the workloads run N rounds, the
 systems in a rotated order each round (so a slow drift of the machine does not favour one system), and
@@ -148,9 +151,11 @@ def start_servers(run: Run, systems: Sequence[str], args: argparse.Namespace) ->
     for variant in dict.fromkeys(variant_of(s) for s in systems if s.startswith("odradek")):
         config = args.variants[variant] if variant else ()
         progress(f"starting odradek up ({args.controllers} controllers, {args.brokers} brokers"
-                 f"{', ' + ' '.join(config) if config else ''})")  # fmt: skip
+                 f"{', ' + ' '.join(config) if config else ''}"
+                 f"{', the code of ' + str(args.trees[variant]) if variant in args.trees else ''})")  # fmt: skip
         directory = run.root / f"odradek{'-' + variant if variant else ''}"
-        run.odradek[variant] = OdradekCluster(directory, args.controllers, args.brokers, broker_config=config).start()
+        run.odradek[variant] = OdradekCluster(directory, args.controllers, args.brokers, broker_config=config,
+                                              tree=args.trees.get(variant)).start()  # fmt: skip
     if any(s.startswith("nats") for s in systems):
         binary, why = find_binary("nats-server")
         if binary is None:
@@ -368,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", action="append", metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
                         help="an Odradek cluster with these broker configs, its own, named in --systems as "
                         "odradek-rf3@NAME (a before/after comparison in one run)")  # fmt: skip
+    parser.add_argument("--tree", action="append", metavar="NAME:PATH",
+                        help="an Odradek cluster (and its clients) running the code of the checkout at PATH, named "
+                        "in --systems as odradek-rf3@NAME (a change of code measured in one run)")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=1, help="rounds (the table shows medians and ranges)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every record count (0.01: a smoke run)")
     parser.add_argument("--controllers", type=int, default=3, help="odradek up's controllers (default 3)")
@@ -383,6 +391,14 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.variant or ():
         name, _, config = item.partition(":")
         args.variants[name] = tuple(c for c in config.split(",") if c)
+    args.trees = {}
+    for item in args.tree or ():
+        name, _, path = item.partition(":")
+        tree = Path(path).resolve()
+        if not name or not (tree / "odradek" / "cli.py").exists():
+            parser.error(f"--tree {item}: NAME:PATH, PATH a checkout of this repository")
+        args.trees[name] = tree
+        args.variants.setdefault(name, ())
     unknown = [s for s in systems if s.partition("@")[0] not in SYSTEMS or
                (variant_of(s) and (not s.startswith("odradek") or variant_of(s) not in args.variants))]  # fmt: skip
     unknown += [w for w in names if w not in WORKLOADS]

@@ -87,14 +87,21 @@ class OdradekCluster:
     """``odradek up`` with ``controllers`` + ``brokers``; topics made with :meth:`create_topic`."""
 
     def __init__(self, root: Path, controllers: int = 3, brokers: int = 3, extra_env: dict[str, str] | None = None,
-                 broker_config: Sequence[str] = ()) -> None:  # fmt: skip
+                 broker_config: Sequence[str] = (), tree: Path | None = None) -> None:  # fmt: skip
+        """``tree``: run the cluster and its clients from that checkout (its ``.venv`` when it has one) instead
+        of this one's code."""
         root.mkdir(parents=True, exist_ok=True)
         self.env = cli_env(root / "state", **(extra_env or {}))
+        self.python, self.cwd = sys.executable, tree
+        if tree is not None:
+            own = tree / ".venv" / "bin" / "python"
+            self.python = str(own) if own.exists() else sys.executable
+            self.env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [self.env.get("PYTHONPATH")])])
         args = ["--controllers", str(controllers), "--brokers", str(brokers),
                 "--base-port", str(free_base_port(controllers, brokers)), "--no-metrics"]  # fmt: skip
         for item in broker_config:
             args += ["--broker-config", item]
-        self.up = UpProcess(root / "odradek", self.env, args)
+        self.up = UpProcess(root / "odradek", self.env, args, python=self.python, cwd=self.cwd)
         self.bootstrap = ""
 
     def start(self) -> OdradekCluster:
@@ -106,12 +113,13 @@ class OdradekCluster:
 
     def create_topic(self, name: str, partitions: int, replication_factor: int) -> None:
         done = odradek(["topics", "create", name, "--partitions", str(partitions),
-                        "--replication-factor", str(replication_factor)], self.env)  # fmt: skip
+                        "--replication-factor", str(replication_factor)], self.env, python=self.python,
+                       cwd=self.cwd)  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"creating topic {name} failed: {done.stderr.decode().strip()}")
 
     def perf(self, args: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[bytes]:
-        return odradek(["perf", *args, "--json"], self.env, timeout_s=timeout_s)
+        return odradek(["perf", *args, "--json"], self.env, timeout_s=timeout_s, python=self.python, cwd=self.cwd)
 
     def stop(self) -> None:
         try:

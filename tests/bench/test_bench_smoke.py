@@ -54,6 +54,23 @@ def test_compare_runs_every_workload_on_every_system(tmp_path: Path) -> None:
             assert any(line.startswith(workload.scaled(SCALE).title) and system in line for line in table.splitlines())
 
 
+def test_compare_runs_a_cluster_from_another_checkout(tmp_path: Path) -> None:
+    """``--tree NAME:PATH``: the cluster ``odradek-rf1@NAME`` and its perf clients run PATH's code (here this
+    checkout itself, which has the .venv that ``make`` makes); a PATH that is no checkout is refused."""
+    out = tmp_path / "compare.json"
+    done = run("tests.bench.compare", ["--tree", f"same:{ROOT}", "--systems", "odradek-rf1@same", "--workloads",
+                                       "e2e-1k", "--scale", str(SCALE), "--controllers", "1", "--brokers", "1",
+                                       "--json-out", str(out)])  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"the code of {ROOT}" in done.stderr
+    (result,) = json.loads(out.read_text())["results"]
+    assert (result["system"], result["error"]) == ("odradek-rf1@same", "")
+    check_document(result["doc"], "e2e", WORKLOADS["e2e-1k"].scaled(SCALE).records)
+    refused = run("tests.bench.compare", ["--tree", f"other:{tmp_path}", "--systems", "odradek-rf1@other"], 60)
+    assert refused.returncode == 2
+    assert "PATH a checkout of this repository" in refused.stderr
+
+
 def check_document(doc: dict[str, Any], kind: str, records: int) -> None:
     assert doc["records"] == records
     assert doc["seconds"] > 0

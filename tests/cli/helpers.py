@@ -47,22 +47,27 @@ def free_base_port(controllers: int, brokers: int, attempts: int = 200) -> int:
 
 
 def odradek(
-    args: Sequence[str], env: Mapping[str, str], *, input: bytes | None = None, timeout_s: float = COMMAND_TIMEOUT_S
+    args: Sequence[str], env: Mapping[str, str], *, input: bytes | None = None, timeout_s: float = COMMAND_TIMEOUT_S,
+    python: str = sys.executable, cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run ``odradek ARGS`` to completion (bounded)."""
+    """Run ``odradek ARGS`` to completion (bounded); ``python`` and ``cwd``: another checkout's code."""
     return subprocess.run(
-        [sys.executable, "-m", "odradek.cli", *args], input=input, capture_output=True, env=dict(env),
-        timeout=timeout_s, check=False,
+        [python, "-m", "odradek.cli", *args], input=input, capture_output=True, env=dict(env),
+        timeout=timeout_s, check=False, cwd=cwd,
     )  # fmt: skip
 
 
 class UpProcess:
     """One ``odradek up`` child; stdout and stderr go to files next to the data dir."""
 
-    def __init__(self, data_dir: Path, env: Mapping[str, str], args: Sequence[str] = ()) -> None:
+    def __init__(
+        self, data_dir: Path, env: Mapping[str, str], args: Sequence[str] = (), *, python: str = sys.executable,
+        cwd: Path | None = None,
+    ) -> None:  # fmt: skip
         self.data_dir = data_dir
         self.env = dict(env)
         self.args = list(args)
+        self.python, self.cwd = python, cwd  # another checkout's code (tests.bench.compare --tree)
         self.popen: subprocess.Popen[bytes] | None = None
         self.out_path = data_dir.parent / f"{data_dir.name}-up.out"
         self.err_path = data_dir.parent / f"{data_dir.name}-up.err"
@@ -71,8 +76,8 @@ class UpProcess:
     def start(self) -> UpProcess:
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "odradek.cli", "up", "--data-dir", str(self.data_dir), *self.args],
-                stdout=out, stderr=err, env=self.env, start_new_session=True,
+                [self.python, "-m", "odradek.cli", "up", "--data-dir", str(self.data_dir), *self.args],
+                stdout=out, stderr=err, env=self.env, start_new_session=True, cwd=self.cwd,
             )  # fmt: skip
         return self
 
