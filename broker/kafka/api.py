@@ -93,7 +93,18 @@ class CloseConnection(Exception):
 
 NO_RESPONSE = None  # a handler's answer when Kafka sends none (Produce with acks=0)
 
-Handler = Callable[[Request], Any]  # returns a kio response entity, a RawResponse, or NO_RESPONSE
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A handler's answer that waits for something else (an acks=all Produce: the ISR): ``wait()`` blocks
+    until it can be built (bounded by the request's own timeout), ``finish()`` builds it. The connection
+    reads the next requests meanwhile and sends every answer in request order (``connection.py``)."""
+
+    wait: Callable[[], object]
+    finish: Callable[[], Any]
+
+
+Handler = Callable[[Request], Any]  # returns a kio response entity, a RawResponse, a Pending, or NO_RESPONSE
 
 
 @dataclass(frozen=True, slots=True)

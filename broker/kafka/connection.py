@@ -15,8 +15,15 @@ Response header: ``int32 correlation_id``, plus an empty tagged-field section (o
 request was flexible, except for ApiVersions, whose response header is always v0 (so a client can read
 it whatever version it asked for).
 
-A request is answered before the next one is read, so responses go out in request order and a
-connection never has two requests in flight on the broker (Kafka mutes a connection the same way).
+Answers go out in request order. A request is handled before the next one is read, so appends keep the
+connection's order; most are answered at once. An acks=all Produce whose appends are done answers a
+:class:`~broker.kafka.api.Pending` (it waits for the ISR): the connection then goes on reading while a
+writer thread of its own waits for it and sends every answer in request order, at most
+:data:`MAX_PIPELINED` answers waiting (the reader stops reading beyond: back-pressure). Kafka mutes a
+connection until its answer is sent instead, which caps a connection at one acks=all round trip per
+request: a client that sends a request every ``linger.ms`` (librdkafka sends many in flight) then queues
+without bound as soon as a round trip takes longer than that. On a TLS connection the answer is waited
+for on the reading thread, as Kafka does (an SSL object is used by one thread at a time).
 An unknown API or version, a malformed header or body, a frame over ``socket.request.max.bytes``, or an
 exception escaping a handler closes the connection (Kafka's behaviour; the client reconnects and
 re-negotiates); ApiVersions at an unknown version is answered at v0 with UNSUPPORTED_VERSION.
@@ -27,15 +34,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import select
 import socket
+import ssl
 import struct
+import threading
 import time
 from typing import Any
 
 from broker.context import BrokerContext
 from broker.kafka import codec, security
-from broker.kafka.api import Api, CloseConnection, FileRegion, RawResponse, Request, Session
+from broker.kafka.api import NO_RESPONSE, Api, CloseConnection, FileRegion, Pending, RawResponse, Request, Session
 from controller.security.rules import Denial
 
 logger = logging.getLogger(__name__)
@@ -49,6 +59,8 @@ HEADER_FIXED = struct.Struct(
 )
 API_VERSIONS_KEY = 18
 SENDFILE_CHUNK = 1 << 30
+MAX_PIPELINED = 16  # answers waiting to be sent on one connection; the reader stops reading beyond
+_Answer = tuple[int, bool, Any, str, float]  # correlation id, flexible, answer or Pending, API name, started
 
 
 class ProtocolError(Exception):
@@ -111,6 +123,10 @@ class Connection:
         self.table = table
         self.max_request_bytes = max_request_bytes
         self.idle_timeout_s = idle_timeout_s
+        # the writer: started by the first Pending answer; from then on every answer goes through it, in order
+        self._answers: queue.SimpleQueue[_Answer | None] | None = None
+        self._slots = threading.BoundedSemaphore(MAX_PIPELINED)
+        self._writer: threading.Thread | None = None
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -128,7 +144,10 @@ class Connection:
         except (OSError, TimeoutError) as exc:
             logger.debug("kafka listener: connection from %s ended: %s", self.session.client_host, exc)
         finally:
-            self.sock.close()
+            if self._answers is not None:  # the writer closes the socket once the answers before this end are out
+                self._answers.put(None)
+            else:
+                self.sock.close()
 
     def _read_frame(self) -> memoryview | None:
         self.sock.settimeout(self.idle_timeout_s)
@@ -168,7 +187,7 @@ class Connection:
         if api_key == API_VERSIONS_KEY and (api is None or not api.min_version <= version <= api.max_version):
             from broker.kafka.api_versions import unsupported_version  # the one answer outside the table
 
-            self._send(correlation_id, False, unsupported_version(self.table))
+            self._answer(correlation_id, False, unsupported_version(self.table))
             return
         if api is None:
             raise ProtocolError(f"unknown API key {api_key}")
@@ -193,7 +212,7 @@ class Connection:
                 refused = security.refusal(request, denial)
                 if refused is None:
                     raise ProtocolError(f"{api.name} refused: {denial.code}: {denial.message}")
-                self._send(correlation_id, bool(codec.request_class(api_key, version).__flexible__), refused)
+                self._answer(correlation_id, bool(codec.request_class(api_key, version).__flexible__), refused)
                 return
         try:
             answer = api.handle(request)
@@ -204,6 +223,13 @@ class Connection:
             if metrics is not None:
                 metrics.requests.record_kafka(api.name, started, failed=True)
             raise ProtocolError(f"{api.name} failed on the broker") from None
+        if isinstance(answer, Pending):
+            if not isinstance(self.sock, ssl.SSLSocket):
+                self._queue((correlation_id, bool(codec.request_class(api_key, version).__flexible__), answer,
+                             api.name, started))  # fmt: skip
+                return
+            answer.wait()  # TLS: one thread per SSL object (OpenSSL's rule), so no writer: answered here
+            answer = answer.finish()
         if metrics is not None:
             metrics.requests.record_kafka(api.name, started)
         if answer is None:
@@ -215,7 +241,54 @@ class Connection:
         elif check is not None and api_key == 66:
             answer = security.filter_transactions(answer, check)
         flexible = api_key != API_VERSIONS_KEY and bool(codec.request_class(api_key, version).__flexible__)
-        self._send(correlation_id, flexible, answer)
+        self._answer(correlation_id, flexible, answer)
+
+    def _answer(self, correlation_id: int, flexible: bool, answer: Any) -> None:
+        """Send ``answer`` now, or after the answers still waiting (once the writer runs)."""
+        if self._answers is None:
+            self._send(correlation_id, flexible, answer)
+        else:
+            self._queue((correlation_id, flexible, answer, "", 0.0))
+
+    def _queue(self, item: _Answer) -> None:
+        """Hand an answer to the writer (started at the first), waiting for a slot: back-pressure."""
+        if self._answers is None:
+            self._answers = queue.SimpleQueue()
+            self._writer = threading.Thread(target=self._write, args=(self._answers,),
+                                            name=f"{threading.current_thread().name}-writer", daemon=True)  # fmt: skip
+            self._writer.start()
+        self._slots.acquire()
+        self._answers.put(item)
+
+    def _write(self, answers: queue.SimpleQueue[_Answer | None]) -> None:
+        """The writer thread: each answer in order, a Pending one once it is ready. A failed send closes the
+        connection (the reader then stops); the answers after it are dropped."""
+        broken = False
+        metrics = self.ctx.metrics
+        try:
+            while (item := answers.get()) is not None:
+                correlation_id, flexible, answer, name, started = item
+                try:
+                    if isinstance(answer, Pending):
+                        answer.wait()
+                        if broken:
+                            continue
+                        answer = answer.finish()
+                        if metrics is not None:
+                            metrics.requests.record_kafka(name, started)
+                    if not broken and answer is not NO_RESPONSE:
+                        self._send(correlation_id, flexible, answer)
+                except Exception as exc:
+                    if not broken:
+                        log = logger.debug if isinstance(exc, OSError | TimeoutError) else logger.exception
+                        log("kafka listener: %s:%d: cannot answer: %s", self.session.client_host,
+                            self.session.client_port, exc)  # fmt: skip
+                        broken = True
+                        self.close()
+                finally:
+                    self._slots.release()
+        finally:
+            self.sock.close()
 
     def _send(self, correlation_id: int, flexible: bool, answer: Any) -> None:
         header = SIZE.pack(correlation_id) + (b"\x00" if flexible else b"")

@@ -6,6 +6,8 @@ The handler reads a request by attribute (``acks``, ``timeout_ms``, ``topics[].n
 request, so each partition's record bytes go to the log as kio read them from the frame, without a
 protobuf copy. ``acks=0`` gets no response (Kafka's rule); a request's ``transactional_id`` goes with it
 (a transaction opens on a partition only once its coordinator confirmed it: ``broker.txn.verify``).
+An acks=all request whose appends are done answers a :class:`~broker.kafka.api.Pending`: its connection
+goes on reading (and appending) the next requests while this one waits for the ISR.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.handlers import produce as produce_handler
-from broker.kafka.api import NO_RESPONSE, CloseConnection, Request
+from broker.kafka.api import NO_RESPONSE, CloseConnection, Pending, Request
 from broker.kafka.codec import build, millis, response_class
 
 API_KEY = 0
@@ -52,14 +54,21 @@ def handle(request: Request) -> Any:
             for t in body.topic_data
         ],
     )
-    answer = _answer(produce_handler.handle(request.ctx, view))  # type: ignore[arg-type]
+    started = produce_handler.begin(request.ctx, view)  # type: ignore[arg-type]
+    if isinstance(started, produce_handler.PendingProduce):
+        return Pending(started.pending.wait, lambda: _response(request, produce_handler.finish(started)))
     if acks == 0:
+        answer = _answer(started)
         if any(p["error_code"] for t in answer for p in t["partition_responses"]):
             # Kafka's rule: an acks=0 producer learns of a failure by losing the connection (and then
             # refreshes its metadata), since it reads no answer
             raise CloseConnection(f"acks=0 produce failed: {_first_error(answer)}")
         return NO_RESPONSE
-    return build(response_class(API_KEY, request.version), responses=answer, throttle_time=0)
+    return _response(request, started)
+
+
+def _response(request: Request, response: Any) -> Any:
+    return build(response_class(API_KEY, request.version), responses=_answer(response), throttle_time=0)
 
 
 def _first_error(answer: list[dict[str, Any]]) -> str:
