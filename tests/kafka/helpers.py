@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import socket
+import struct
 import time
 from typing import Any
 
@@ -46,3 +49,31 @@ def consume(consumer: Consumer, count: int, timeout_s: float = WAIT_S) -> list[A
             got.append(message)
     assert len(got) == count, f"got {len(got)} of {count} messages in {timeout_s} s"
     return got
+
+
+def request_frame(api_key: int, version: int, correlation_id: int, body: object, client_id: str = "raw") -> bytes:
+    """One Kafka request by hand, ready to send: the size, a v2 header and the kio body."""
+    from kio.schema.request_header.v2.header import RequestHeader
+    from kio.serial import entity_writer
+
+    out = io.BytesIO()
+    entity_writer(RequestHeader)(out, RequestHeader(request_api_key=api_key, request_api_version=version,  # type: ignore[arg-type]
+                                                    correlation_id=correlation_id, client_id=client_id))  # type: ignore[arg-type]
+    entity_writer(type(body))(out, body)
+    frame = out.getvalue()
+    return struct.pack(">i", len(frame)) + frame
+
+
+def read_response_frame(conn: socket.socket) -> memoryview:
+    """One response frame (after its size): the header and the body."""
+    size = struct.unpack(">i", recv_exactly(conn, 4))[0]
+    return memoryview(recv_exactly(conn, size))
+
+
+def recv_exactly(conn: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return data

@@ -4,7 +4,6 @@ request order. Real processes: 1 controller, 2 brokers, a partition whose follow
 
 from __future__ import annotations
 
-import io
 import signal
 import socket
 import struct
@@ -19,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from log.record import build_batch
 from tests.broker.cluster import Cluster
+from tests.kafka.helpers import read_response_frame, request_frame
 
 WAIT_S = 30.0
 
@@ -93,18 +93,6 @@ def _host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _frame(api_key: int, version: int, correlation_id: int, body: object) -> bytes:
-    from kio.schema.request_header.v2.header import RequestHeader
-    from kio.serial import entity_writer
-
-    out = io.BytesIO()
-    entity_writer(RequestHeader)(out, RequestHeader(request_api_key=api_key, request_api_version=version,  # type: ignore[arg-type]
-                                                    correlation_id=correlation_id, client_id="pipelining"))  # type: ignore[arg-type]
-    entity_writer(type(body))(out, body)
-    frame = out.getvalue()
-    return struct.pack(">i", len(frame)) + frame
-
-
 def _produce(correlation_id: int, value: bytes, acks: int) -> bytes:
     from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
@@ -112,7 +100,7 @@ def _produce(correlation_id: int, value: bytes, acks: int) -> bytes:
     body = ProduceRequest(acks=acks, timeout=timedelta(seconds=60), topic_data=(  # type: ignore[arg-type]
         TopicProduceData(name="pipe", partition_data=(PartitionProduceData(index=0, records=records),)),  # type: ignore[arg-type]
     ))  # fmt: skip
-    return _frame(0, 9, correlation_id, body)
+    return request_frame(0, 9, correlation_id, body, "pipelining")
 
 
 def _metadata(correlation_id: int) -> bytes:
@@ -120,13 +108,12 @@ def _metadata(correlation_id: int) -> bytes:
 
     body = MetadataRequest(topics=None, include_cluster_authorized_operations=False,
                            include_topic_authorized_operations=False)  # fmt: skip
-    return _frame(3, 9, correlation_id, body)
+    return request_frame(3, 9, correlation_id, body, "pipelining")
 
 
 def _answer(conn: socket.socket) -> tuple[int, memoryview]:
     """One response frame: its correlation id and the rest (the flexible header's tag section included)."""
-    size = struct.unpack(">i", _recv(conn, 4))[0]
-    payload = memoryview(_recv(conn, size))
+    payload = read_response_frame(conn)
     return struct.unpack(">i", payload[:4])[0], payload[4:]
 
 
@@ -138,12 +125,3 @@ def _produced(payload: memoryview) -> tuple[int, int]:
     response, _ = entity_reader(load_response_schema(0, 9))(payload, 1)  # after the header's empty tag section
     partition = response.responses[0].partition_responses[0]  # type: ignore[attr-defined]
     return int(partition.error_code), int(partition.base_offset)
-
-
-def _recv(conn: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = conn.recv(n - len(data))
-        assert chunk, "the broker closed the connection"
-        data += chunk
-    return data

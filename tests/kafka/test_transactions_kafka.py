@@ -5,9 +5,7 @@ consumer (the two protocols see one log)."""
 
 from __future__ import annotations
 
-import io
 import socket
-import struct
 import time
 import uuid
 
@@ -17,7 +15,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from odradek import Consumer as OdradekConsumer
 from odradek import TopicPartition as OdradekTopicPartition
 from tests.broker.cluster import Cluster
-from tests.kafka.helpers import create_topic
+from tests.kafka.helpers import create_topic, read_response_frame, request_frame
 
 pytestmark = pytest.mark.slow
 
@@ -145,33 +143,17 @@ def kafka_call(address: str, api_key: int, version: int, body: object) -> object
     """One request on the Kafka protocol, by hand (confluent-kafka has no transaction admin calls): header v2,
     the kio body, then the response header v1 and body."""
     from kio.index import load_response_schema
-    from kio.schema.request_header.v2.header import RequestHeader
     from kio.schema.response_header.v1.header import ResponseHeader
-    from kio.serial import entity_reader, entity_writer
+    from kio.serial import entity_reader
 
-    out = io.BytesIO()
-    entity_writer(RequestHeader)(out, RequestHeader(request_api_key=api_key, request_api_version=version,  # type: ignore[arg-type]
-                                                    correlation_id=7, client_id="raw"))  # type: ignore[arg-type]
-    entity_writer(type(body))(out, body)
-    frame = out.getvalue()
     host, port = address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=20) as conn:
-        conn.sendall(struct.pack(">i", len(frame)) + frame)
-        size = struct.unpack(">i", _recv(conn, 4))[0]
-        payload = memoryview(_recv(conn, size))
+        conn.sendall(request_frame(api_key, version, 7, body))
+        payload = read_response_frame(conn)
     header, used = entity_reader(ResponseHeader)(payload, 0)
     assert header.correlation_id == 7
     response, _ = entity_reader(load_response_schema(api_key, version))(payload, used)
     return response
-
-
-def _recv(conn: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = conn.recv(n - len(data))
-        assert chunk, "the broker closed the connection"
-        data += chunk
-    return data
 
 
 def test_list_and_describe_transactions_on_the_kafka_protocol(txn_cluster: Cluster) -> None:
