@@ -59,7 +59,7 @@ def request_frame(api_key: int, version: int, correlation_id: int, body: object,
     out = io.BytesIO()
     entity_writer(RequestHeader)(out, RequestHeader(request_api_key=api_key, request_api_version=version,  # type: ignore[arg-type]
                                                     correlation_id=correlation_id, client_id=client_id))  # type: ignore[arg-type]
-    entity_writer(type(body))(out, body)
+    entity_writer(type(body))(out, body)  # type: ignore[type-var]
     frame = out.getvalue()
     return struct.pack(">i", len(frame)) + frame
 

@@ -123,5 +123,5 @@ def _produced(payload: memoryview) -> tuple[int, int]:
     from kio.serial import entity_reader
 
     response, _ = entity_reader(load_response_schema(0, 9))(payload, 1)  # after the header's empty tag section
-    partition = response.responses[0].partition_responses[0]  # type: ignore[attr-defined]
+    partition = response.responses[0].partition_responses[0]  # type: ignore[union-attr]
     return int(partition.error_code), int(partition.base_offset)
