@@ -24,6 +24,10 @@
    Spark reports it (``latestOffset``, ``queryPlanning``, ``walCommit``, ``addBatch``, ``commitOffsets``)
    and of the collect inside ``addBatch`` (the Spark job that runs the read tasks).
 
+The session is ``--master`` (``local[2]``) with ``spark.LOW_LATENCY_CONF`` (``spark/tuning.py``: the settings
+the data source's README recommends for short micro-batches; ``--spark-defaults`` leaves Spark's own) and
+any ``--spark-conf key=value`` (repeatable) on top.
+
 ``--only`` runs some of the parts (``write,stream-write,read,latency``; 2 and 3 read what 1 wrote, so they
 bring it along); ``--source-option`` and ``--sink-option`` (``key=value``, repeatable) add options to the
 queries of parts 1-4 (e.g. ``--source-option maxPartitions=2``). Prints one line
@@ -72,19 +76,23 @@ def wait_for_leaders(admin: Admin, topics: list[str], timeout_s: float = 30.0) -
         time.sleep(0.1)
 
 
-def session(master: str) -> Any:
+def session(master: str, conf: Mapping[str, str] | None = None, *, tuned: bool = True) -> Any:
+    """The bench's SparkSession: ``conf`` (``--spark-conf``), and ``spark.LOW_LATENCY_CONF`` (the documented
+    recipe, ``spark/tuning.py``) for the keys ``conf`` does not set, unless ``tuned`` is false."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from spark import register
+    from spark import LOW_LATENCY_CONF, register
 
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName("odradek-spark-bench")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+    for key, value in {**(LOW_LATENCY_CONF if tuned else {}), **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
@@ -282,6 +290,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-dir", help="where the latency run's checkpoint goes (default: the temp dir)")
     parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark configuration of the bench's session (repeatable)",
+    )
+    parser.add_argument(
+        "--spark-defaults",
+        action="store_true",
+        help="Spark's own defaults: without spark.LOW_LATENCY_CONF (spark/tuning.py)",
+    )
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated, of {','.join(PARTS)}")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--json", action="store_true")
@@ -291,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--only: unknown parts {sorted(only - set(PARTS))}; they are {', '.join(PARTS)}")
     source_options = key_values(args.source_option, "--source-option")
     sink_options = key_values(args.sink_option, "--sink-option")
+    spark_conf = key_values(args.spark_conf, "--spark-conf")
 
     servers = args.bootstrap_servers
     suffix = uuid.uuid4().hex[:8]
@@ -301,10 +322,11 @@ def main(argv: list[str] | None = None) -> int:
         admin.create_topics([NewTopic(t, args.partitions, 1) for t in topics])
         wait_for_leaders(admin, topics)
     results: dict[str, Any] = {"records": args.records, "record_size": args.record_size, "partitions": args.partitions,
-                               "source_options": source_options, "sink_options": sink_options}  # fmt: skip
+                               "source_options": source_options, "sink_options": sink_options, "spark_conf": spark_conf,
+                               "low_latency_conf": not args.spark_defaults}  # fmt: skip
     spark = None
     try:
-        spark = session(args.master)
+        spark = session(args.master, spark_conf, tuned=not args.spark_defaults)
         if only & {"write", "stream-write", "read"}:  # the later parts read what the write wrote
             results["write"] = w = bench_producer_vs_sink(spark, servers, (plain, bulk, scratch), args.records,
                                                           args.record_size, args.write_runs, sink_options)  # fmt: skip

@@ -6,7 +6,8 @@ read and write, with the options and columns of Spark's Kafka source and sink.
     df = spark.readStream.format("odradek").option("bootstrap.servers", "127.0.0.1:9092") \\
         .option("subscribe", "clicks").load()
 
-``spark/README.md`` documents the options, the columns, the delivery guarantee and the example pipeline.
+``spark/README.md`` documents the options, the columns, the delivery guarantee and the example pipeline;
+:func:`low_latency` (``spark/tuning.py``) sets what short micro-batches need of Spark itself.
 Importing this package does not import PySpark; :func:`register` does.
 """
 
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from spark.tuning import LOW_LATENCY_CONF, low_latency
+
 FORMAT = "odradek"
 
-__all__ = ["FORMAT", "register"]
+__all__ = ["FORMAT", "LOW_LATENCY_CONF", "low_latency", "register"]
 
 
 def register(session: Any) -> None:

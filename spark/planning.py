@@ -15,8 +15,9 @@ Rules, as Spark's Kafka source applies them:
   :func:`find_data_loss` names it; ``failOnDataLoss`` decides between an error and a warning.
 * ``minPartitions`` / ``maxRecordsPerPartition`` split large ranges into several Spark tasks
   (:func:`plan_ranges`); ``maxPartitions`` (not in Spark's Kafka source) packs the ranges into at most that
-  many tasks, a task reading several ranges one after the other (:func:`pack_ranges`): a Python task costs
-  tens of milliseconds to start, which a micro-batch of a few records per partition pays once per task.
+  many tasks, a task reading several ranges (:func:`pack_ranges`; :func:`spark.reading.read_ranges`): a
+  Python task costs tens of milliseconds to start, which a micro-batch of a few records per partition pays
+  once per task.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """The source's I/O: partitions and offsets on the driver, records of one offset range on an executor.
 
 :class:`OffsetReader` answers the planning questions (which partitions match the subscription, their
-earliest and latest offsets, offsets by timestamp) with the Admin client. :func:`read_range` runs in a
-Spark task: it reads ``[start, end)`` of one partition with the Consumer (assign, seek, poll_columns) and
-yields Arrow record batches built from the decoded columns (no object per record). Both get their
-clients from :mod:`spark.clients`, so nothing here is pickled with a gRPC channel in it.
+earliest and latest offsets, offsets by timestamp) with the Admin client. :func:`read_ranges` runs in a
+Spark task: it reads ``[start, end)`` of each of its partitions with the Consumer (assign, seek,
+poll_columns; the partitions of a task together) and yields Arrow record batches built from the decoded
+columns (no object per record). Both get their clients from :mod:`spark.clients`, so nothing here is
+pickled with a gRPC channel in it.
 """
 
 from __future__ import annotations
@@ -134,52 +135,101 @@ def read_range(
     monotonic: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[pa.RecordBatch]:
-    """The records ``[r.start, r.end)`` of one partition as Arrow batches (for one Spark task).
+    """The records ``[r.start, r.end)`` of one partition as Arrow batches (for one Spark task): :func:`read_ranges`
+    of that one range."""
+    return read_ranges(options, [r], monotonic=monotonic, sleep=sleep)
 
-    Offsets that vanished since planning (retention) follow ``failOnDataLoss``. No progress for
-    ``kafkaConsumer.pollTimeoutMs`` (the leader gone for good, say) fails the task with a message
-    naming the partition and offsets; Spark then retries it.
+
+def read_ranges(
+    options: SourceOptions,
+    ranges: Iterable[OffsetRange],
+    *,
+    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[pa.RecordBatch]:
+    """The records of ``ranges`` as Arrow batches (one per partition and poll), for one Spark task.
+
+    The ranges of different partitions are read together: the worker's consumer is assigned all of them, so
+    one fetch per broker carries every partition (``maxPartitions`` packs several into a task). Ranges of a
+    partition that has more than one here are read after the others, one after the other. Offsets that
+    vanished since planning (retention) follow ``failOnDataLoss``. No progress for
+    ``kafkaConsumer.pollTimeoutMs`` (the leader gone for good, say) fails the task with a message naming the
+    partition and offsets; Spark then retries it.
     """
+    first: dict[TopicPartition, OffsetRange] = {}
+    later: list[OffsetRange] = []
+    for r in ranges:
+        if r.tp in first:
+            later.append(r)
+        else:
+            first[r.tp] = r
+    yield from _read_together(options, list(first.values()), monotonic, sleep)
+    for r in later:
+        yield from _read_together(options, [r], monotonic, sleep)
+
+
+def _read_together(
+    options: SourceOptions, ranges: list[OffsetRange], monotonic: Callable[[], float], sleep: Callable[[float], None]
+) -> Iterator[pa.RecordBatch]:
+    """Ranges of distinct partitions, with one consumer assigned all of them.
+
+    Between tasks the consumer keeps its assignment, paused: no fetches go out, and the next task's
+    ``assign`` of partitions of the same topics needs no metadata round trip (unassigning would drop the
+    topics, and assigning them again would ask for their metadata before the first fetch)."""
     consumer = clients.consumer(options.client)
-    tp = r.tp
+    ends = {r.tp: r.end for r in ranges}
+    tps = sorted(ends)
     try:
-        consumer.assign([tp])
-        consumer.seek(tp, r.start)
-        position = r.start
+        consumer.assign(tps)
+        positions: dict[TopicPartition, int] = {}
+        for r in ranges:
+            consumer.seek(r.tp, r.start)
+            positions[r.tp] = r.start
+        consumer.resume(*tps)
+        pending = {tp for tp in tps if positions[tp] < ends[tp]}
         deadline = monotonic() + options.poll_timeout_ms / 1000
-        while position < r.end:
+        while pending:
             try:
                 chunks = consumer.poll_columns(timeout_ms=POLL_SLICE_MS)
             except OffsetOutOfRangeError:
                 chunks = []
-                resumed = _after_loss(consumer, tp, position, r.end, options.fail_on_data_loss)
-                if resumed >= r.end:
-                    break
-                if resumed == position:
+                moved = False
+                for tp in sorted(pending):
+                    resumed = _after_loss(consumer, tp, positions[tp], ends[tp], options.fail_on_data_loss)
+                    moved = moved or resumed != positions[tp]
+                    positions[tp] = min(resumed, ends[tp])
+                    consumer.seek(tp, positions[tp])
+                if not moved:
                     sleep(POLL_SLICE_MS / 1000)  # a transient answer: give the new leader time
-                position = resumed
-                consumer.seek(tp, position)
             if chunks:
                 deadline = monotonic() + options.poll_timeout_ms / 1000
-                chunks = _below(chunks, r.end)
-                if chunks:
-                    yield columns_to_record_batch(chunks, options.include_headers)
-            position = consumer.position(tp)
-            if position < r.end and monotonic() > deadline:
+                for tp, of_tp in _by_partition(chunks).items():
+                    kept = _below(of_tp, ends[tp]) if tp in ends else []
+                    if kept:
+                        yield columns_to_record_batch(kept, options.include_headers)
+            for tp in sorted(pending):
+                if positions[tp] < ends[tp]:
+                    positions[tp] = consumer.position(tp)
+                if positions[tp] >= ends[tp]:
+                    pending.discard(tp)
+                    consumer.pause(tp)  # no fetches for it while the others are read
+            if pending and monotonic() > deadline:
+                tp = min(pending)
                 raise TimeoutError(
-                    f"reading {tp} made no progress at offset {position} (the range ends at {r.end}) within "
+                    f"reading {tp} made no progress at offset {positions[tp]} (the range ends at {ends[tp]}) within "
                     f"kafkaConsumer.pollTimeoutMs={options.poll_timeout_ms}"
                 )
     except BaseException:
         clients.discard_consumer(options.client)  # a fresh one for the retry: no half-read fetch state
         raise
-    consumer.assign([])  # no fetches until the next task
+    consumer.pause(*tps)  # no fetches until the next task
 
 
-def read_ranges(options: SourceOptions, ranges: Iterable[OffsetRange]) -> Iterator[pa.RecordBatch]:
-    """Several ranges in one Spark task (``maxPartitions``), one after the other with the same consumer."""
-    for r in ranges:
-        yield from read_range(options, r)
+def _by_partition(chunks: list[RecordColumns]) -> dict[TopicPartition, list[RecordColumns]]:
+    grouped: dict[TopicPartition, list[RecordColumns]] = {}
+    for chunk in chunks:
+        grouped.setdefault(TopicPartition(chunk.topic, chunk.partition), []).append(chunk)
+    return grouped
 
 
 def _below(chunks: list[RecordColumns], end: int) -> list[RecordColumns]:

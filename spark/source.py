@@ -6,7 +6,8 @@
 Options and columns are those of Spark's Kafka source and sink (see ``spark/README.md``). Offsets live in
 Spark's checkpoint, as ``{"topic": {"partition": offset}}`` (the next offset to read; keys are strings,
 in sorted order, because Spark compares offsets as JSON text). Each Spark task reads one range of one
-partition (:mod:`spark.reading`); the planning rules are in :mod:`spark.planning`.
+partition, or with ``maxPartitions`` the ranges of several together (:mod:`spark.reading`); the planning
+rules are in :mod:`spark.planning`.
 
 Thread-safety: Spark calls a reader's planning methods from one thread of the driver's Python runner,
 and each task's ``read`` in its own worker process.
@@ -73,7 +74,7 @@ class OffsetRangePartition(InputPartition):
 
 
 class OffsetRangesPartition(InputPartition):
-    """One Spark task reading several ranges one after the other (``maxPartitions``): ``value``."""
+    """One Spark task reading several ranges (``maxPartitions``; those of different partitions together): ``value``."""
 
     def __init__(self, value: tuple[OffsetRange, ...]) -> None:
         super().__init__(value)
