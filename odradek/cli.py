@@ -7,9 +7,13 @@ Subcommands are added by the issues that build them (docs/INTERFACE.md lists the
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
+import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from common.errors import CommandError
 from odradek.dump_log import add_dump_log_parser
@@ -104,5 +108,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def entry() -> NoReturn:
+    """The process's entry point (the ``odradek`` script and ``python -m odradek.cli``): :func:`main`, then the
+    exit handlers (logging, trace files), then the process ends at once.
+
+    Once a command is done its clients are closed and it has said everything it will say, so the interpreter's
+    finalization is skipped: it tears down grpcio's native state (its event-engine threads, a last
+    ``grpc_shutdown``), which can deadlock against the GIL (grpc/grpc#42247, open in grpcio 1.85). A CI run saw
+    ``odradek consume`` print its last line and then never exit, with no Python thread and no channel left."""
+    try:
+        code: object = main()
+    except SystemExit as exc:  # argparse: --help, --version, a usage error
+        code = exc.code
+    except BaseException:  # not a command error: the traceback, as the interpreter would print it
+        traceback.print_exc()
+        code = 1
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader that went away, a closed stream
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

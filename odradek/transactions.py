@@ -87,6 +87,7 @@ class TransactionManager:
         clock: Clock,
         max_block_ms: int,
         wakeup: Callable[[], None] = lambda: None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.transactional_id = transactional_id
         self._timeout_ms = transaction_timeout_ms
@@ -104,6 +105,7 @@ class TransactionManager:
         self._adder: threading.Thread | None = None
         self._closed = False
         self._wakeup = wakeup  # the sender: a partition was added, its batches may go
+        self._sleep = sleep  # a retry's backoff wait, in seconds (this object's own: tests record it)
         self._started = False  # the coordinator knows of the current transaction
         self._error: BaseException | None = None  # why ABORTABLE or FATAL
 
@@ -343,7 +345,7 @@ class TransactionManager:
                 backoff_ms = self._client.backoff.backoff_ms(attempt)
                 if concurrent_backoff_ms is not None and code == "CONCURRENT_TRANSACTIONS":
                     backoff_ms = min(backoff_ms, concurrent_backoff_ms)
-                time.sleep(min(backoff_ms, max(0.0, remaining)) / 1000)
+                self._sleep(min(backoff_ms, max(0.0, remaining)) / 1000)
                 attempt += 1
                 continue
             error = error_from_code(code, f"{method} for transactional id {self.transactional_id!r}: "

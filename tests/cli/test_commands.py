@@ -237,3 +237,34 @@ def test_e2e_payload_carries_run_sequence_and_time() -> None:
     payload = e2e_payload(b"12345678", 42, 987654321, b"x" * 76)
     assert len(payload) == 100
     assert E2E_HEADER.unpack_from(payload) == (b"12345678", 42, 987654321)
+
+
+# ------------------------------------------------------------------------------------ the process's end
+
+ENTRY = """
+import atexit, sys, threading
+atexit.register(lambda: print("exit handler ran", flush=True))
+# a thread that would keep a normal interpreter exit waiting for ever (as a native teardown that hangs)
+threading.Thread(target=threading.Event().wait, daemon=False).start()
+sys.argv = ["odradek", *sys.argv[1:]]
+from odradek.cli import entry
+entry()
+"""
+
+
+@pytest.mark.parametrize(("argv", "status", "says"), [
+    (["--version"], 0, "odradek "),  # argparse's SystemExit(0)
+    (["no-such-command"], 2, "invalid choice"),  # a usage error: SystemExit(2)
+    (["topics", "list", "--bootstrap-servers", "no-port-here"], 1, "odradek: "),  # a command error
+])  # fmt: skip
+def test_entry_runs_the_exit_handlers_then_ends_the_process(argv: list[str], status: int, says: str) -> None:
+    """``odradek.cli.entry``: the status of ``main``, the exit handlers (logging, trace files) run, and the process
+    ends without waiting for the interpreter's teardown (here: a thread that never ends)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", ENTRY, *argv], capture_output=True, timeout=60)
+    output = done.stdout.decode() + done.stderr.decode()
+    assert done.returncode == status, output
+    assert says in output
+    assert done.stdout.decode().endswith("exit handler ran\n"), output

@@ -34,7 +34,8 @@ class LossyKafkaProxy:
         host, port = listen.rsplit(":", 1)
         self._server = socket.create_server((host, int(port)))
         self._closed = False
-        threading.Thread(target=self._accept, name=f"kafka-proxy-{listen}", daemon=True).start()
+        self._accepter = threading.Thread(target=self._accept, name=f"kafka-proxy-{listen}", daemon=True)
+        self._accepter.start()
 
     def lose_answers(self, n: int) -> None:
         """Lose the answers of the next ``n`` Produce requests (after the broker handled them)."""
@@ -45,7 +46,10 @@ class LossyKafkaProxy:
         with self._lock:
             self._closed = True
             sockets = list(self._sockets)
+        with contextlib.suppress(OSError):  # wakes the accept thread (close alone does not, on Linux)
+            self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
+        self._accepter.join(10)
         for s in sockets:
             _close(s)
 

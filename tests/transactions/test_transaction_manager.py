@@ -38,17 +38,18 @@ class Coordinator:
 
 
 @pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The waits, in ms (time.sleep takes seconds)."""
-    slept: list[float] = []
-    monkeypatch.setattr(transactions.time, "sleep", lambda seconds: slept.append(round(seconds * 1000, 6)))
-    return slept
+def sleeps() -> list[float]:
+    """The manager's backoff waits, in ms (its ``sleep`` takes seconds). Only the manager's own: patching
+    ``time.sleep`` would also catch every other thread of the test process (a leftover client's backoff loop
+    then spins without sleeping and fills the list)."""
+    return []
 
 
-def manager(monkeypatch: pytest.MonkeyPatch, coordinator: Coordinator) -> TransactionManager:
+def manager(monkeypatch: pytest.MonkeyPatch, coordinator: Coordinator, sleeps: list[float]) -> TransactionManager:
     monkeypatch.setattr(transactions, "CoordinatorClient", lambda *args: coordinator)
     client: Any = SimpleNamespace(backoff=ExponentialBackoff(100, 1000, jitter=0))
-    txn = TransactionManager(client, "t", 60000, IdempotenceState(), SystemClock(), max_block_ms=10000)
+    txn = TransactionManager(client, "t", 60000, IdempotenceState(), SystemClock(), max_block_ms=10000,
+                             sleep=lambda seconds: sleeps.append(round(seconds * 1000, 6)))  # fmt: skip
     txn.init_transactions()
     return txn
 
@@ -64,7 +65,7 @@ def test_first_add_of_a_transaction_retries_concurrent_transactions_every_20_ms(
     """The previous transaction is still completing (its markers are being written): Kafka's producer retries
     the next transaction's first AddPartitionsToTxn after 20 ms, not after retry.backoff.ms (100, doubling)."""
     coordinator = Coordinator(["CONCURRENT_TRANSACTIONS"] * 3)
-    txn = manager(monkeypatch, coordinator)
+    txn = manager(monkeypatch, coordinator, sleeps)
     txn.begin_transaction()
     add(txn, 0)
     assert sleeps == [ADD_PARTITIONS_RETRY_BACKOFF_MS] * 3 == [20.0] * 3
@@ -80,7 +81,7 @@ def test_later_adds_keep_retry_backoff_ms(monkeypatch: pytest.MonkeyPatch, sleep
     """Once the transaction has partitions, CONCURRENT_TRANSACTIONS is not the previous one completing: the
     usual exponential backoff (retry.backoff.ms 100, doubling) applies, as in Kafka."""
     coordinator = Coordinator([])
-    txn = manager(monkeypatch, coordinator)
+    txn = manager(monkeypatch, coordinator, sleeps)
     txn.begin_transaction()
     add(txn, 0)
     coordinator.add_answers = ["CONCURRENT_TRANSACTIONS"] * 2
