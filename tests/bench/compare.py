@@ -1,6 +1,7 @@
 """Odradek side by side with NATS JetStream and Redis Streams: the same workloads on this machine, one run.
 
-    python -m tests.bench.compare [--systems odradek-rf3,odradek-rf1,nats-r3,nats-r1,redis]
+    python -m tests.bench.compare [--systems odradek-rf3,odradek-rf1,odradek-kafka-rf3,odradek-kafka-rf1,
+        nats-r3,nats-r1,redis]
         [--workloads produce-100,produce-1k,consume-100,consume-1k,e2e-1k,e2e-10k,e2e-burst]
         [--repeat 3] [--scale 1.0] [--install-peers] [--json-out FILE]
 
@@ -12,7 +13,10 @@ end. NATS and Redis come from Debian's packages; a system whose server is missin
 reason (``--install-peers`` installs the packages with apt-get first).
 
 Systems: ``odradek-rf3`` (a 1-partition topic, replication factor 3, acks=all), ``odradek-rf1`` (RF 1,
-acks=all, which on RF 1 is acks=1), ``nats-r3`` / ``nats-r1`` (a JetStream stream with 3 or 1 replicas,
+acks=all, which on RF 1 is acks=1), ``odradek-kafka-rf3`` / ``odradek-kafka-rf1`` (the same cluster and
+topics, but the workloads run by a stock Kafka client, librdkafka as confluent-kafka, through the brokers'
+Kafka listener over plain TCP instead of Odradek's clients over gRPC: what the client path costs; settings
+in ``tests/bench/peers.py``), ``nats-r3`` / ``nats-r1`` (a JetStream stream with 3 or 1 replicas,
 file storage), ``redis`` (one Redis Stream; not replicated, no persistence).
 
 Workloads (record counts times ``--scale``):
@@ -34,7 +38,9 @@ named ``odradek-rf3@NAME`` / ``odradek-rf1@NAME``: an improvement measured again
 odradek-rf3@before,odradek-rf3``. ``--tree NAME:PATH`` does the same for a change of code: the cluster
 ``odradek-rf3@NAME`` and its ``odradek perf`` clients run from the checkout at PATH (its ``.venv`` when it
 has one), e.g. ``git worktree add /tmp/base main~3`` then ``--tree base:/tmp/base --systems
-odradek-rf3@base,odradek-rf3``. The clusters all run at once (the idle ones cost a little CPU).
+odradek-rf3@base,odradek-rf3``. ``odradek-kafka-rf3@NAME`` runs on that cluster too, but its client is
+librdkafka whatever the checkout (only the brokers' code differs). The clusters all run at once (the idle
+ones cost a little CPU).
 
 Every workload writes to a fresh topic or stream. With ``--repeat N`` the workloads run N rounds, the
 systems in a rotated order each round (so a slow drift of the machine does not favour one system), and
@@ -43,7 +49,7 @@ system's figure of the same workload (``--baseline``, default the first system):
 means faster than the baseline, for latency above 1 means slower. Other helpers may load the machine:
 the load average is printed before and after; only ratios within one run mean anything.
 
-Figures only: nothing here asserts a speed (``tests/bench/test_compare_smoke.py`` runs it tiny and checks
+Figures only: nothing here asserts a speed (``tests/bench/test_bench_smoke.py`` runs it tiny and checks
 that the output is complete).
 """
 
@@ -70,7 +76,7 @@ from tests.bench.systems import (
     peer_workload,
 )
 
-SYSTEMS = ("odradek-rf3", "odradek-rf1", "nats-r3", "nats-r1", "redis")
+SYSTEMS = ("odradek-rf3", "odradek-rf1", "odradek-kafka-rf3", "odradek-kafka-rf1", "nats-r3", "nats-r1", "redis")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -199,10 +205,15 @@ def topic_name(w: Workload, system: str, round_no: int) -> str:
     return f"bench-{source.name}-{system}-{round_no}".replace(".", "-").replace("@", "-")
 
 
+def replication_factor(system: str) -> int:
+    """An Odradek system's: ``odradek-rf3``, ``odradek-kafka-rf3@NAME`` -> 3."""
+    return 3 if system.partition("@")[0].endswith("-rf3") else 1
+
+
 def run_odradek(run: Run, system: str, w: Workload, round_no: int) -> dict[str, Any]:
     cluster = run.odradek[variant_of(system)]
     topic = topic_name(w, system, round_no)
-    rf = 3 if system.startswith("odradek-rf3") else 1
+    rf = replication_factor(system)
     timeout_s = timeout_for(w)
     if w.kind != "consume":
         cluster.create_topic(topic, 1, rf)
@@ -225,6 +236,16 @@ def run_odradek(run: Run, system: str, w: Workload, round_no: int) -> dict[str, 
     return last_json(done.stdout)
 
 
+def run_kafka(run: Run, system: str, w: Workload, round_no: int) -> dict[str, Any]:
+    """``odradek-kafka-rf3``: the Odradek cluster of ``odradek-rf3``, its topic made the same way, the workload
+    run by the Kafka peer (librdkafka) through the brokers' Kafka listener."""
+    cluster = run.odradek[variant_of(system)]
+    topic = topic_name(w, system, round_no)
+    if w.kind != "consume":
+        cluster.create_topic(topic, 1, replication_factor(system))
+    return run_peer_workload("kafka", cluster.kafka_bootstrap, topic, w, replication_factor(system))
+
+
 def run_peer(run: Run, system: str, w: Workload, round_no: int) -> dict[str, Any]:
     if system == "redis":
         assert run.redis is not None
@@ -232,7 +253,11 @@ def run_peer(run: Run, system: str, w: Workload, round_no: int) -> dict[str, Any
     else:
         assert run.nats is not None
         servers, replicas, kind = run.nats.servers, 3 if system == "nats-r3" else 1, "nats"
-    stream = topic_name(w, system, round_no)
+    return run_peer_workload(kind, servers, topic_name(w, system, round_no), w, replicas)
+
+
+def run_peer_workload(kind: str, servers: str, stream: str, w: Workload, replicas: int) -> dict[str, Any]:
+    """The workload (after its burst, if it has one) by ``tests.bench.peers``; its JSON document."""
     timeout_s = timeout_for(w)
     if w.burst:
         done = peer_workload(kind, "produce", servers, stream, w.burst, w.record_size, -1, replicas, timeout_s)
@@ -250,7 +275,10 @@ def run_one(run: Run, system: str, w: Workload, round_no: int) -> Result:
         result.error = f"skipped: {run.skipped[system]}"
         return result
     try:
-        runner = run_odradek if system.startswith("odradek") else run_peer
+        if system.startswith("odradek-kafka"):
+            runner = run_kafka
+        else:
+            runner = run_odradek if system.startswith("odradek") else run_peer
         result.doc = runner(run, system, w, round_no)
     except Exception as exc:
         result.error = f"failed: {exc}"
@@ -404,8 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown += [w for w in names if w not in WORKLOADS]
     if unknown or not systems or not names or args.repeat < 1 or args.scale <= 0:
         parser.error(f"unknown or missing systems/workloads {unknown}, or a bad --repeat/--scale")
-    if any(s.startswith("odradek-rf3") for s in systems) and args.brokers < 3:
-        parser.error("odradek-rf3 needs --brokers 3 or more")
+    if any(replication_factor(s) == 3 for s in systems if s.startswith("odradek")) and args.brokers < 3:
+        parser.error("odradek-rf3 and odradek-kafka-rf3 need --brokers 3 or more")
     for name in list(names):  # a consume workload reads what its produce workload wrote
         follows = WORKLOADS[name].follows
         if follows and follows not in names:

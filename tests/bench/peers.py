@@ -1,6 +1,7 @@
-"""The comparison's workloads against NATS JetStream and Redis Streams, one workload per process.
+"""The comparison's workloads against NATS JetStream, Redis Streams, and Odradek's Kafka listener through a
+stock Kafka client (librdkafka, as confluent-kafka), one workload per process.
 
-    python -m tests.bench.peers nats|redis produce|consume|e2e --servers ... --stream S --num-records N
+    python -m tests.bench.peers nats|redis|kafka produce|consume|e2e --servers ... --stream S --num-records N
         --record-size B [--rate R] [--replicas 3]
 
 Each run prints, as its last stdout line, one JSON object with the keys of ``odradek perf ... --json``
@@ -10,13 +11,32 @@ so that ``tests/bench/compare.py`` reads every system alike. What each workload 
 - ``produce``: ``num_records`` records of ``record_size`` bytes as fast as the client goes (or at ``rate``);
   ``latency_ms`` is each record's ack latency (send to acknowledgement). NATS: ``publish_async`` (at most
   4,000 unacknowledged, the client's default window); the stream is created first (file storage,
-  ``replicas``). Redis: ``XADD`` pipelined by ``PIPELINE`` records (one round trip per pipeline).
+  ``replicas``). Redis: ``XADD`` pipelined by ``PIPELINE`` records (one round trip per pipeline). Kafka:
+  ``produce`` then ``poll(0)`` per record to partition 0, librdkafka's defaults (``linger.ms`` 5, batches up
+  to 10,000 records / 1 MB) but ``acks=all`` and ``enable.idempotence=true``, which is what
+  ``odradek perf produce`` runs with (the Odradek producer's defaults); the ack latency is taken in the
+  delivery callback, from the send time the record carries. One untimed warm-up record first (see
+  ``_kafka_warm_up``; ``odradek perf produce`` has none: its own start-up is in its timing; a Kafka consume
+  then counts the 7-byte warm-up record as the first of its ``num_records``).
 - ``consume``: read ``num_records`` records from the start of the stream. NATS: an ordered push consumer
-  (no acks, flow control: JetStream's fastest way to read a stream). Redis: ``XREAD COUNT 1000``.
+  (no acks, flow control: JetStream's fastest way to read a stream). Redis: ``XREAD COUNT 1000``. Kafka:
+  partition 0 assigned at its first offset (no group joined, as ``odradek perf consume`` assigns), ``consume`` of
+  up to 1,000 records a call, librdkafka's consumer defaults.
 - ``e2e``: a consumer waits at the end of the stream, then ``num_records`` records are sent at ``rate`` a
-  second, one at a time as an application would (NATS: ``publish_async``; Redis: one ``XADD`` each), each
-  carrying its send time (``perf_counter_ns``); ``latency_ms`` is send to receipt by the consumer, and
-  ``ack_latency_ms`` send to acknowledgement, as ``odradek perf e2e`` measures them.
+  second, one at a time as an application would (NATS: ``publish_async``; Redis: one ``XADD`` each; Kafka:
+  ``produce``), each carrying its send time (``perf_counter_ns``); ``latency_ms`` is send to receipt by the
+  consumer, and ``ack_latency_ms`` send to acknowledgement, as ``odradek perf e2e`` measures them. Kafka: as
+  ``odradek perf e2e``, producer and consumer in one process, the consumer on its own thread (``poll`` of one
+  record, so none waits behind a batch), partition 0 assigned at its end offset, one untimed warm-up record
+  first (seen by the consumer before the timing starts). The producer: ``acks=all``,
+  ``enable.idempotence=true`` (as Odradek's producer) and ``linger.ms=0`` (what ``odradek perf e2e`` sets,
+  and what a Kafka user picks for latency: each record is sent at once instead of waiting up to 5 ms for
+  company); the pacing waits in ``poll`` so acknowledgements are timed when they come. The consumer:
+  librdkafka's defaults ``fetch.wait.max.ms=500`` and ``fetch.min.bytes=1`` (Odradek's consumer has the
+  same), so a fetch waiting at the end is answered as soon as a record is committed.
+
+The Kafka peer does not create its topic (``--replicas`` is for NATS): the harness creates it with
+``odradek topics create`` first, 1 partition, replication factor 3 or 1.
 """
 
 from __future__ import annotations
@@ -283,6 +303,165 @@ def redis_e2e(args: argparse.Namespace) -> dict[str, Any]:
                     sent=args.num_records, ack_latency_ms=latency_summary(acks))  # fmt: skip
 
 
+# ----------------------------------------------------------------------------------------------- Kafka
+
+
+def _kafka_producer(servers: str, **settings: Any) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": servers, "acks": "all", "enable.idempotence": True, **settings})
+
+
+def _kafka_consumer(servers: str) -> Any:
+    from confluent_kafka import Consumer
+
+    # confluent-kafka requires a group.id; the partition is assigned (never subscribed), so no group is joined
+    return Consumer({"bootstrap.servers": servers, "group.id": "bench-peer", "enable.auto.commit": False})
+
+
+def _kafka_ack_recorder(acks: array[float], failures: list[str]) -> Any:
+    """A delivery callback: each record's ack latency from the send time it carries (as in the e2e stamp)."""
+
+    def delivered(error: Any, message: Any) -> None:
+        now_ns = time.perf_counter_ns()
+        if error is not None:
+            failures.append(str(error))
+        else:
+            acks.append((now_ns - STAMP.unpack_from(message.value())[1]) / 1e6)
+
+    return delivered
+
+
+def _kafka_send(producer: Any, topic: str, data: bytes, on_delivery: Any) -> None:
+    """``produce``, serving callbacks while librdkafka's queue is full (as an application must)."""
+    while True:
+        try:
+            producer.produce(topic, data, partition=0, on_delivery=on_delivery)
+            break
+        except BufferError:
+            producer.poll(0.01)
+    producer.poll(0)
+
+
+def _kafka_warm_up(producer: Any, topic: str) -> None:
+    """One untimed record (shorter than ``STAMP``: the e2e consumer skips it), as ``odradek perf e2e`` sends:
+    the metadata, the connection to the leader and the producer id come before the timing. librdkafka's
+    idempotent producer asks for its id on a 500 ms retry timer when no connection is up at that moment
+    (``debug=eos``: "Coordinator not up", then InitProducerId, answered in ~20 ms, half a second later):
+    a start-up stall that says nothing of the data path, taken out of produce's timing too."""
+    producer.produce(topic, b"warm-up", partition=0)
+    _kafka_flush(producer, 1)
+
+
+def _kafka_flush(producer: Any, records: int) -> None:
+    left = producer.flush(60)
+    if left:
+        raise RuntimeError(f"{left} of {records} records still unacknowledged 60 s after the last send")
+
+
+def kafka_produce(args: argparse.Namespace) -> dict[str, Any]:
+    producer = _kafka_producer(args.servers)
+    _kafka_warm_up(producer, args.stream)
+    acks = array("d")
+    failures: list[str] = []
+    delivered = _kafka_ack_recorder(acks, failures)
+    start = time.perf_counter()
+    throttle = Throttle(args.rate, start, sleep=lambda s: _kafka_wait(producer, s))
+    for seq in range(args.num_records):
+        _kafka_send(producer, args.stream, payload(seq, args.record_size), delivered)
+        if throttle.active:
+            throttle.pace(seq + 1, time.perf_counter())
+    _kafka_flush(producer, args.num_records)
+    seconds = time.perf_counter() - start
+    return document(len(acks), len(acks) * args.record_size, seconds, acks, errors=len(failures))
+
+
+def _kafka_wait(producer: Any, seconds: float) -> None:
+    """Pacing's wait spent in ``poll``, so that acknowledgements are taken (and timed) as they come."""
+    end = time.perf_counter() + seconds
+    while (left := end - time.perf_counter()) > 0:
+        producer.poll(left)
+
+
+def _kafka_assign(consumer: Any, topic: str, at_end: bool) -> None:
+    """Partition 0 assigned (no group: as ``odradek perf`` assigns), at its start or at its current end."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    offset = OFFSET_BEGINNING
+    if at_end:
+        offset = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    consumer.assign([TopicPartition(topic, 0, offset)])
+
+
+def kafka_consume(args: argparse.Namespace) -> dict[str, Any]:
+    consumer = _kafka_consumer(args.servers)
+    _kafka_assign(consumer, args.stream, at_end=False)
+    records = nbytes = 0
+    start = last = time.perf_counter()
+    idle_since = time.monotonic()
+    while records < args.num_records and time.monotonic() - idle_since < IDLE_TIMEOUT_S:
+        batch = consumer.consume(min(1000, args.num_records - records), 0.2)
+        values = [m.value() for m in batch if m.error() is None]
+        if values:
+            records += len(values)
+            nbytes += sum(map(len, values))
+            last, idle_since = time.perf_counter(), time.monotonic()
+    consumer.close()
+    return document(records, nbytes, last - start, None)
+
+
+def kafka_e2e(args: argparse.Namespace) -> dict[str, Any]:
+    producer = _kafka_producer(args.servers, **{"linger.ms": 0})
+    consumer = _kafka_consumer(args.servers)
+    _kafka_assign(consumer, args.stream, at_end=True)
+    e2e, acks = array("d"), array("d")
+    failures: list[str] = []
+    seen: set[int] = set()
+    last = [0.0]
+    stop = threading.Event()
+    warmed = threading.Event()
+
+    def consume() -> None:
+        idle_since = time.monotonic()
+        while len(seen) < args.num_records and not stop.is_set():
+            message = consumer.poll(0.1)
+            now_ns = time.perf_counter_ns()
+            if message is None or message.error() is not None:
+                if warmed.is_set() and time.monotonic() - idle_since > IDLE_TIMEOUT_S:
+                    return
+                continue
+            idle_since = time.monotonic()
+            value = message.value()
+            if len(value) < STAMP.size:  # the warm-up record
+                warmed.set()
+                continue
+            seq, sent_ns = STAMP.unpack_from(value)
+            if seq not in seen:
+                seen.add(seq)
+                e2e.append((now_ns - sent_ns) / 1e6)
+            last[0] = now_ns / 1e9
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    _kafka_warm_up(producer, args.stream)  # and the consumer's first fetches, which wait for it
+    if not warmed.wait(IDLE_TIMEOUT_S):
+        stop.set()
+        raise RuntimeError(f"the consumer did not see the warm-up record within {IDLE_TIMEOUT_S} s")
+    delivered = _kafka_ack_recorder(acks, failures)
+    first = time.perf_counter()
+    throttle = Throttle(args.rate, first, sleep=lambda s: _kafka_wait(producer, s))
+    for seq in range(args.num_records):
+        _kafka_send(producer, args.stream, payload(seq, args.record_size), delivered)
+        throttle.pace(seq + 1, time.perf_counter())
+    _kafka_flush(producer, args.num_records)
+    thread.join(IDLE_TIMEOUT_S + 5)
+    stop.set()
+    thread.join(5)
+    consumer.close()
+    return document(len(e2e), len(e2e) * args.record_size, max(0.0, last[0] - first), e2e,
+                    sent=args.num_records, errors=len(failures), ack_latency_ms=latency_summary(acks))  # fmt: skip
+
+
 # ------------------------------------------------------------------------------------------------ main
 
 WORKLOADS = {
@@ -292,12 +471,15 @@ WORKLOADS = {
     ("redis", "produce"): redis_produce,
     ("redis", "consume"): redis_consume,
     ("redis", "e2e"): redis_e2e,
+    ("kafka", "produce"): kafka_produce,
+    ("kafka", "consume"): kafka_consume,
+    ("kafka", "e2e"): kafka_e2e,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.peers", description=__doc__.split("\n")[0])
-    parser.add_argument("system", choices=("nats", "redis"))
+    parser.add_argument("system", choices=("nats", "redis", "kafka"))
     parser.add_argument("workload", choices=("produce", "consume", "e2e"))
     parser.add_argument("--servers", required=True, help="HOST:PORT[,HOST:PORT...]")
     parser.add_argument("--stream", required=True, help="the stream (NATS: also its subject; Redis: its key)")

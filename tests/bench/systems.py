@@ -84,7 +84,9 @@ def stop_processes(processes: Sequence[subprocess.Popen[bytes]]) -> None:
 
 
 class OdradekCluster:
-    """``odradek up`` with ``controllers`` + ``brokers``; topics made with :meth:`create_topic`."""
+    """``odradek up`` with ``controllers`` + ``brokers``; topics made with :meth:`create_topic`. ``bootstrap``
+    is its gRPC bootstrap servers (Odradek's clients), ``kafka_bootstrap`` its brokers' Kafka listeners (any
+    Kafka client), both from the ``cluster.json`` of ``odradek up``."""
 
     def __init__(self, root: Path, controllers: int = 3, brokers: int = 3, extra_env: dict[str, str] | None = None,
                  broker_config: Sequence[str] = (), tree: Path | None = None) -> None:  # fmt: skip
@@ -102,12 +104,13 @@ class OdradekCluster:
         for item in broker_config:
             args += ["--broker-config", item]
         self.up = UpProcess(root / "odradek", self.env, args, python=self.python, cwd=self.cwd)
-        self.bootstrap = ""
+        self.bootstrap = self.kafka_bootstrap = ""
 
     def start(self) -> OdradekCluster:
         self.up.start()
         doc = self.up.wait_ready(START_TIMEOUT_S * 2)
         self.bootstrap = doc["bootstrap_servers"]
+        self.kafka_bootstrap = doc["kafka_bootstrap_servers"]
         self.env["ODRADEK_BOOTSTRAP_SERVERS"] = self.bootstrap
         return self
 
@@ -212,7 +215,8 @@ class RedisServer:
 
 def peer_workload(system: str, workload: str, servers: str, stream: str, num_records: int, record_size: int,
                   rate: float, replicas: int, timeout_s: float) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
-    """One run of ``tests.bench.peers`` (its own process, as ``odradek perf`` runs in its own)."""
+    """One run of ``tests.bench.peers`` (its own process, as ``odradek perf`` runs in its own); ``system``
+    nats, redis or kafka (an Odradek cluster's Kafka listener, the topic made beforehand)."""
     args = [sys.executable, "-m", "tests.bench.peers", system, workload, "--servers", servers, "--stream", stream,
             "--num-records", str(num_records), "--record-size", str(record_size), "--rate", str(rate),
             "--replicas", str(replicas)]  # fmt: skip

@@ -13,13 +13,13 @@ import pytest
 
 from tests.bench.breakdown import STAGES, TOTALS
 from tests.bench.compare import WORKLOADS
-from tests.bench.systems import find_binary
+from tests.bench.systems import OdradekCluster, find_binary, peer_workload
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SCALE = 0.01
-SYSTEMS = ("odradek-rf1", "nats-r1", "redis")
+SYSTEMS = ("odradek-rf1", "odradek-kafka-rf1", "nats-r1", "redis")
 WORKLOADS_RUN = ("produce-100", "consume-100", "e2e-1k", "e2e-burst")  # each kind of run; the others differ
 # from these only in sizes and rates (CI time)
 BINARIES = {"nats-r1": "nats-server", "redis": "redis-server"}
@@ -69,6 +69,30 @@ def test_compare_runs_a_cluster_from_another_checkout(tmp_path: Path) -> None:
     refused = run("tests.bench.compare", ["--tree", f"other:{tmp_path}", "--systems", "odradek-rf1@other"], 60)
     assert refused.returncode == 2
     assert "PATH a checkout of this repository" in refused.stderr
+
+
+def test_the_kafka_peer_runs_through_the_kafka_listener(tmp_path: Path) -> None:
+    """``tests.bench.peers kafka``: librdkafka against a real cluster's Kafka listener (1 controller, 1 broker,
+    started and stopped here); produce, consume and e2e count every record they sent, latencies sane."""
+    cluster = OdradekCluster(tmp_path / "cluster", controllers=1, brokers=1)
+    try:
+        cluster.start()
+        assert cluster.kafka_bootstrap.startswith("127.0.0.1:")
+        for topic in ("produced", "e2e"):
+            cluster.create_topic(topic, 1, 1)
+        runs = (("produce", "produced", 1000, -1.0), ("consume", "produced", 1000, -1.0), ("e2e", "e2e", 200, 400.0))
+        for workload, topic, records, rate in runs:
+            done = peer_workload("kafka", workload, cluster.kafka_bootstrap, topic, records, 100, rate, 1, 120)
+            assert done.returncode == 0, done.stderr.decode()[-3000:]
+            doc = json.loads(done.stdout.decode().strip().splitlines()[-1])
+            check_document(doc, workload, records)
+            if workload != "consume":
+                assert doc["errors"] == 0, doc
+            if workload == "e2e":
+                assert doc["sent"] == records
+                assert 200 / 400.0 * 0.9 < doc["seconds"] < 60, doc  # paced at the rate, not all at once
+    finally:
+        cluster.stop()
 
 
 def check_document(doc: dict[str, Any], kind: str, records: int) -> None:
