@@ -3,10 +3,13 @@ partitions together with the worker's one consumer, exactly their offsets, task 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pyarrow as pa
 import pytest
 
 from odradek import Admin, NewTopic
+from spark import clients
 from spark.options import parse_source_options
 from spark.planning import OffsetRange
 from spark.reading import read_range, read_ranges
@@ -17,6 +20,14 @@ pytestmark = pytest.mark.spark
 
 PARTITIONS = 3
 PER_PARTITION = 12
+
+
+@pytest.fixture(scope="module", autouse=True)
+def close_cached_clients() -> Iterator[None]:
+    """The reads cache their consumer in the process (as in a Spark worker, closed at its exit): closed after
+    this module, so that no client of it outlives the tests (its stream's watchdog thread)."""
+    yield
+    clients.close_all()
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@ AddPartitionsToTxn retries CONCURRENT_TRANSACTIONS (docs/TRANSACTIONS.md C2)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -40,18 +41,31 @@ class Coordinator:
 @pytest.fixture
 def sleeps() -> list[float]:
     """The manager's backoff waits, in ms (its ``sleep`` takes seconds). Only the manager's own: patching
-    ``time.sleep`` would also catch every other thread of the test process (a leftover client's backoff loop
-    then spins without sleeping and fills the list)."""
+    ``time.sleep`` would also catch every other thread of the test process (py4j's worker thread of the Spark
+    tests' session sleeps 1 s in a loop: it then spins without sleeping and fills the list)."""
     return []
 
 
-def manager(monkeypatch: pytest.MonkeyPatch, coordinator: Coordinator, sleeps: list[float]) -> TransactionManager:
-    monkeypatch.setattr(transactions, "CoordinatorClient", lambda *args: coordinator)
-    client: Any = SimpleNamespace(backoff=ExponentialBackoff(100, 1000, jitter=0))
-    txn = TransactionManager(client, "t", 60000, IdempotenceState(), SystemClock(), max_block_ms=10000,
-                             sleep=lambda seconds: sleeps.append(round(seconds * 1000, 6)))  # fmt: skip
-    txn.init_transactions()
-    return txn
+@pytest.fixture
+def manager(
+    monkeypatch: pytest.MonkeyPatch, sleeps: list[float]
+) -> Iterator[Callable[[Coordinator], TransactionManager]]:
+    """``manager(coordinator)``: an initialized manager talking to ``coordinator``; closed at the end of the
+    test (its adder thread ends)."""
+    made: list[TransactionManager] = []
+
+    def make(coordinator: Coordinator) -> TransactionManager:
+        monkeypatch.setattr(transactions, "CoordinatorClient", lambda *args: coordinator)
+        client: Any = SimpleNamespace(backoff=ExponentialBackoff(100, 1000, jitter=0))
+        txn = TransactionManager(client, "t", 60000, IdempotenceState(), SystemClock(), max_block_ms=10000,
+                                 sleep=lambda seconds: sleeps.append(round(seconds * 1000, 6)))  # fmt: skip
+        made.append(txn)
+        txn.init_transactions()
+        return txn
+
+    yield make
+    for txn in made:
+        txn.close()
 
 
 def add(txn: TransactionManager, partition: int) -> None:
@@ -60,12 +74,12 @@ def add(txn: TransactionManager, partition: int) -> None:
 
 
 def test_first_add_of_a_transaction_retries_concurrent_transactions_every_20_ms(
-    monkeypatch: pytest.MonkeyPatch, sleeps: list[float]
+    manager: Callable[[Coordinator], TransactionManager], sleeps: list[float]
 ) -> None:
     """The previous transaction is still completing (its markers are being written): Kafka's producer retries
     the next transaction's first AddPartitionsToTxn after 20 ms, not after retry.backoff.ms (100, doubling)."""
     coordinator = Coordinator(["CONCURRENT_TRANSACTIONS"] * 3)
-    txn = manager(monkeypatch, coordinator, sleeps)
+    txn = manager(coordinator)
     txn.begin_transaction()
     add(txn, 0)
     assert sleeps == [ADD_PARTITIONS_RETRY_BACKOFF_MS] * 3 == [20.0] * 3
@@ -77,11 +91,13 @@ def test_first_add_of_a_transaction_retries_concurrent_transactions_every_20_ms(
     assert sleeps == [20.0] * 4
 
 
-def test_later_adds_keep_retry_backoff_ms(monkeypatch: pytest.MonkeyPatch, sleeps: list[float]) -> None:
+def test_later_adds_keep_retry_backoff_ms(
+    manager: Callable[[Coordinator], TransactionManager], sleeps: list[float]
+) -> None:
     """Once the transaction has partitions, CONCURRENT_TRANSACTIONS is not the previous one completing: the
     usual exponential backoff (retry.backoff.ms 100, doubling) applies, as in Kafka."""
     coordinator = Coordinator([])
-    txn = manager(monkeypatch, coordinator, sleeps)
+    txn = manager(coordinator)
     txn.begin_transaction()
     add(txn, 0)
     coordinator.add_answers = ["CONCURRENT_TRANSACTIONS"] * 2
