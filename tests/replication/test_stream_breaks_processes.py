@@ -88,8 +88,12 @@ def test_streams_reset_by_the_path_are_opened_again_without_loss_or_duplicates(
     assert isr(proxies) == [0, 1, 2]
     leader = proxies[cluster.leader("t", 0)]
     for method in ("ReplicaFetch", "ProduceStream", "FetchStream"):
-        assert leader.broken[method] >= 3, (method, leader.broken, leader.streams)  # reset, and opened again
-        assert leader.streams[method] > leader.broken[method]
+        # Each stream breaks once, right after its 5th answer: three broken streams are three opened, two of
+        # them after a break (reset, and opened again). Not "more opened than broken": the last stream of a
+        # client that has nothing more to send (the closed producer, a follower in its retry backoff when the
+        # counters are read) may have broken after its last answer, with no request since to open another.
+        assert leader.broken[method] >= 3, (method, leader.broken, leader.streams)
+        assert leader.streams[method] >= leader.broken[method], (method, leader.broken, leader.streams)
 
 
 def test_streams_refused_by_the_path_fall_back_to_unary_calls(proxied: tuple[Cluster, list[StreamProxy]]) -> None:
