@@ -11,7 +11,7 @@ written and read, and is started with ``log.cleaner.enable=true`` (``log.cleaner
 crash, its partition directory watched by a thread that sends SIGKILL at a chosen point of the pass:
 
 * the first group's ``*.log.cleaned`` appears: the kill leaves a group half written (``.cleaned`` files);
-* a ``*.swap`` appears: the kill leaves a committed swap (``.log.swap``) that recovery must finish;
+* a ``*.log.swap`` appears: the kill leaves a committed swap that recovery must finish;
 * the third group's ``*.log.cleaned`` appears: two groups already swapped in, no checkpoint;
 * ``cleaner-offset-checkpoint`` is written: right after a complete pass.
 
@@ -193,8 +193,10 @@ def group_seen(count: int) -> Point:
     return seen
 
 
-def swap_seen(directory: Path, _names: set[str], _at_start: int | None) -> bool:
-    return any(n.endswith(SWAP_SUFFIX) for n in os.listdir(directory))
+def log_swap_seen(directory: Path, _names: set[str], _at_start: int | None) -> bool:
+    """The swap's commit step happened: ``.log.cleaned`` became ``.log.swap`` (the index files become ``.swap``
+    just before it, in the step that recovery undoes, so an index ``.swap`` is not this point)."""
+    return any(n.endswith(LOG_SUFFIX + SWAP_SUFFIX) for n in os.listdir(directory))
 
 
 def checkpoint_written(directory: Path, _names: set[str], at_start: int | None) -> bool:
@@ -263,7 +265,7 @@ def restart_without_cleaner(cluster: Cluster, written: Written) -> int:
 # what to watch for, and the state the kill must have left on disk (else the same pass is tried again)
 POINTS: list[tuple[str, Point, Callable[[str], bool]]] = [
     ("the first group's .cleaned", group_seen(1), lambda state: ".log.cleaned" in state),
-    ("a .swap (after the swap's commit step)", swap_seen, lambda state: ".log.swap" in state),
+    ("the .log.swap (the swap's commit step)", log_swap_seen, lambda state: ".log.swap" in state),
     ("the third group's .cleaned", group_seen(3), lambda state: not state.startswith("after")),
     ("the checkpoint written", checkpoint_written, lambda state: state.startswith("after")),
 ]
