@@ -20,6 +20,11 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
     replica.fetch.stream.enable                    true         not Kafka's: followers send their fetches on one
                                                                 ReplicaFetch stream per leader (no call set-up
                                                                 per round); false: one Fetch call per round
+    replica.fetch.tcp.enable                       true         not Kafka's: followers fetch over a leader's
+                                                                REPLICATION listener (plain TCP frames,
+                                                                broker.replication_link) when it has one
+                                                                (their own listener.security.protocol.map
+                                                                must name REPLICATION if it is given)
     consumer.fetch.stream.enable                   true         not Kafka's: consumers may send their fetches on
                                                                 one FetchStream per broker; false: the broker
                                                                 answers it UNIMPLEMENTED (unary Fetch calls)
@@ -145,6 +150,7 @@ _BROKER_ONLY = [
     _key("replica.fetch.wait.max.ms", _INT, "500", 0),
     _key("replica.fetch.min.bytes", _INT, "1", 1),
     _key("replica.fetch.stream.enable", _BOOL, "true"),
+    _key("replica.fetch.tcp.enable", _BOOL, "true"),
     _key("consumer.fetch.stream.enable", _BOOL, "true"),
     _key("produce.stream.enable", _BOOL, "true"),
     _key("replica.lag.time.max.ms", _LONG, "30000", 1),

@@ -42,6 +42,7 @@ from broker.controller_channel import MAX_MESSAGE_BYTES
 from broker.lifecycle import LISTENER
 from broker.log_manager import TopicPartition
 from broker.replica_manager import ReplicaManager
+from broker.replication_link import FollowerLink, LinkError, replication_address
 from common.streams import LockstepStream
 from controller.security.settings import open_channel
 from log import trace
@@ -75,7 +76,8 @@ class ReplicaFetcherThread:
 
     def __init__(
         self, broker_id: int, source_id: int, address: str, replicas: ReplicaManager, config: BrokerConfig,
-        broker_epoch: Callable[[], int], credentials: Any = None,
+        broker_epoch: Callable[[], int], credentials: Any = None, link_address: str | None = None,
+        link_tls: Any = None,
     ) -> None:  # fmt: skip
         self.broker_id = broker_id
         self.source_id = source_id
@@ -94,6 +96,10 @@ class ReplicaFetcherThread:
         self._stub: Any = broker_pb2_grpc.BrokerStub(self._channel)  # type: ignore[no-untyped-call]
         self._streaming = bool(config.get("replica.fetch.stream.enable"))
         self._stream: LockstepStream | None = None  # the ReplicaFetch stream, made by the first fetch round
+        # the leader's REPLICATION listener (broker.replication_link): fetches go there instead of gRPC
+        self.link_address = link_address
+        self.link: FollowerLink | None = None if link_address is None else FollowerLink(
+            link_address, link_tls, MAX_MESSAGE_BYTES)  # fmt: skip
         self._thread = threading.Thread(target=self._run, name=f"fetcher-{broker_id}-from-{source_id}", daemon=True)
 
     def start(self) -> None:
@@ -104,6 +110,8 @@ class ReplicaFetcherThread:
         self._wake.set()
         if self._stream is not None:
             self._stream.close()
+        if self.link is not None:
+            self.link.close()
         self._channel.close()
         if self._thread.ident is not None:  # started
             self._thread.join(timeout=5.0)
@@ -142,7 +150,7 @@ class ReplicaFetcherThread:
         while not self._stop.is_set():
             try:
                 worked = self.run_once()
-            except grpc.RpcError as e:
+            except (grpc.RpcError, LinkError) as e:
                 if self._stop.is_set():
                     return
                 logger.debug("fetcher %d <- %d: %s", self.broker_id, self.source_id, e)
@@ -222,7 +230,9 @@ class ReplicaFetcherThread:
         )  # fmt: skip
         sent_ns = trace.now_ns() if trace.ON else 0
         timeout_s = wait_ms / 1000.0 + RPC_SLACK_S
-        if self._streaming:
+        if self.link is not None:
+            response = self.link.call(request, timeout_s)
+        elif self._streaming:
             if self._stream is None:
                 self._stream = LockstepStream(self._stub, self._thread.name)
             response = self._stream.call(request, timeout_s)
@@ -230,9 +240,9 @@ class ReplicaFetcherThread:
             response = self._stub.Fetch(request, timeout=timeout_s)
         received_ns = trace.now_ns() if trace.ON else 0
         by_key = {key: (state, partition) for key, state, partition in work}
-        for topic in response.topics:
-            for answer in topic.partitions:
-                key = (topic.name, answer.partition)
+        for answered in response.topics:
+            for answer in answered.partitions:
+                key = (answered.name, answer.partition)
                 found = by_key.get(key)
                 if found is None:
                     continue
@@ -277,10 +287,12 @@ class ReplicaFetcherManager:
 
     def __init__(
         self, broker_id: int, replicas: ReplicaManager, config: BrokerConfig, broker_epoch: Callable[[], int],
-        credentials: Any = None,
+        credentials: Any = None, links: bool = False, link_tls: Any = None,
     ) -> None:  # fmt: skip
         self.broker_id = broker_id
         self._credentials = credentials  # grpc.ChannelCredentials of the inter-broker listener; None: plaintext
+        self._links = links  # fetch over a leader's REPLICATION listener when it has one
+        self._link_tls = link_tls  # ssl.SSLContext for those links; None: plaintext
         self._replicas = replicas
         self._config = config
         self._broker_epoch = broker_epoch
@@ -294,20 +306,26 @@ class ReplicaFetcherManager:
                 wanted.setdefault(partition.leader_id, {})[key] = partition.leader_epoch
         for source_id in list(self._threads):
             thread = self._threads[source_id]
-            if source_id not in wanted or thread.address != inter_broker_address(image, source_id):
+            if source_id not in wanted or (thread.address, thread.link_address) != self._addresses(image, source_id):
                 del self._threads[source_id]
                 thread.stop()
         for source_id, partitions in wanted.items():
             existing = self._threads.get(source_id)
-            address = inter_broker_address(image, source_id)
+            address, link_address = self._addresses(image, source_id)
             if existing is None and address is not None:
                 existing = self._threads[source_id] = ReplicaFetcherThread(
                     self.broker_id, source_id, address, self._replicas, self._config, self._broker_epoch,
-                    self._credentials,
+                    self._credentials, link_address, self._link_tls,
                 )
                 existing.start()
             if existing is not None:
                 existing.assign(partitions)
+
+    def _addresses(self, image: MetadataImage, source_id: int) -> tuple[str | None, str | None]:
+        """Broker ``source_id``'s inter-broker gRPC address and, when this broker uses links, its replication
+        listener's (None: it has none)."""
+        link = replication_address(image, source_id) if self._links else None
+        return inter_broker_address(image, source_id), link
 
     def shutdown(self) -> None:
         threads, self._threads = self._threads, {}

@@ -23,6 +23,8 @@ Threads and what each owns:
 - the Kafka-protocol listeners (:mod:`broker.kafka`, listeners named ``KAFKA`` or ``KAFKA_*``): an acceptor
   thread each and one thread per client connection, which runs the same handlers as gRPC; the classic
   group timer thread (:mod:`broker.group.classic_driver`);
+- the replication listener (:mod:`broker.replication_link`, a listener named ``REPLICATION``): followers'
+  fetches over plain TCP, on the Kafka listener's acceptor and thread per connection;
 - one fetcher thread per leader this broker follows partitions from
   (:class:`~broker.replica_fetcher.ReplicaFetcherManager`, reassigned by the metadata thread after each change).
 
@@ -49,7 +51,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from broker import clean_shutdown
+from broker import clean_shutdown, replication_link
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.controller_channel import ControllerChannel
@@ -68,6 +70,7 @@ from broker.metadata_loader import MetadataLoader
 from broker.producer_ids import ProducerIdManager, controller_allocator
 from broker.replica_fetcher import ReplicaFetcherManager
 from broker.replica_manager import ReplicaManager
+from broker.replication_link import is_replication_listener
 from broker.txn.coordinator import TransactionCoordinator, TxnConfig
 from broker.txn.peers import BrokerPeers
 from broker.txn.state import TxnMetadata
@@ -178,9 +181,11 @@ class BrokerServer:
         self.loader.on_log_dir_failure = self.lifecycle.log_dir_failed  # stays up, fenced (LogDirFailureChannel)
         self.maintenance = LogMaintenance(self.replicas, config, self.clock)
         self.cleaner = make_log_cleaner(self.replicas, config, self.clock)
+        links = replication_link.protocol_of(self.security) if config.get("replica.fetch.tcp.enable") else None
         self.fetchers = ReplicaFetcherManager(
             options.node_id, self.replicas, config, lambda: self.lifecycle.broker_epoch,
-            self.security.channel_credentials(self.security.protocol(LISTENER)),
+            self.security.channel_credentials(self.security.protocol(LISTENER)), links is not None,
+            replication_link.client_context(self.security) if links in ("SSL", "SASL_SSL") else None,
         )  # fmt: skip
         self.isr = IsrManager(
             options.node_id, self.replicas, self.channel, config, lambda: self.lifecycle.broker_epoch, self.metadata
@@ -198,7 +203,7 @@ class BrokerServer:
         self.replicas.role_listeners.append(self.txn_coordinator.on_partition)
         self.ctx.txn_coordinator = self.txn_coordinator
         self._grpc: list[Any] = []  # one gRPC server per gRPC listener
-        self._kafka: list[Any] = []  # one broker.kafka.server.KafkaListener per Kafka-protocol listener
+        self._kafka: list[Any] = []  # a broker.kafka.server.KafkaListener per Kafka-protocol or replication listener
         self._stopped = False
         self._stop_lock = threading.Lock()
 
@@ -236,10 +241,12 @@ class BrokerServer:
         self.lifecycle.previous_broker_epoch = clean_shutdown.take_previous_epoch(self.options.data_dir)
         try:
             for listener in self.options.all_listeners():
-                if is_kafka_listener(listener.name):
+                if is_kafka_listener(listener.name) or is_replication_listener(listener.name):
                     from broker.kafka.server import KafkaListener
+                    from broker.replication_listener import ReplicationListener
 
-                    kafka = KafkaListener(self.ctx, listener.name, listener.listen)
+                    kind = KafkaListener if is_kafka_listener(listener.name) else ReplicationListener
+                    kafka = kind(self.ctx, listener.name, listener.listen)
                     kafka.start()
                     self._kafka.append(kafka)
                 else:

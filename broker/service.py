@@ -166,7 +166,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             else:
                 started = await self._call_blocking(fetch.finish_grpc, started, context, fetch.handle, arrived)
         if trace.ON:
-            _trace_fetch(request, started, arrived, woke_ns)
+            fetch.trace_fetch(request, started, arrived, woke_ns)
         self._record(fetch.handle, request, started, arrived)
         return started
 
@@ -351,19 +351,6 @@ def _trace_produce(arrived_s: float, appended_ns: int, results: list[Any]) -> No
         if result.info is not None:
             trace.record(int(arrived_s * 1e9), "lp", result.key[0], result.key[1], result.info.first_offset,
                          result.info.last_offset, appended_ns, answered_ns)  # fmt: skip
-
-
-def _trace_fetch(request: Any, response: Any, arrived_s: float, woke_ns: int) -> None:
-    """``fe`` events (``log.trace``): per fetched partition, who fetched (``replica_id``, -1 for consumers),
-    from which offset, how many bytes it got, when the fetch arrived, when a parked fetch was woken (0: it
-    did not wait), and when its answer was ready."""
-    answered_ns = trace.now_ns()
-    offsets = {(t.name, p.partition): p.fetch_offset for t in request.topics for p in t.partitions}
-    for topic in response.topics:
-        for answer in topic.partitions:
-            offset = offsets.get((topic.name, answer.partition), -1)
-            trace.record(answered_ns, "fe", topic.name, answer.partition, request.replica_id, offset,
-                         answer.ByteSize(), int(arrived_s * 1e9), woke_ns)  # fmt: skip
 
 
 def message_limits(config: BrokerConfig) -> tuple[int, int]:

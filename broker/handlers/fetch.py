@@ -215,12 +215,17 @@ def check_replica(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchRespo
         f"a fetch claims to come from broker {request.replica_id} with broker epoch {request.replica_epoch}, but "
         f"broker {request.replica_id} {known} in the metadata of broker {ctx.broker_id}"
     )
-    response = pb.FetchResponse(error=error(STALE_BROKER_EPOCH, message))
+    return refused(request, STALE_BROKER_EPOCH, message)
+
+
+def refused(request: pb.FetchRequest, code: str, message: str) -> pb.FetchResponse:
+    """The answer to a fetch refused before any read: ``code`` at the top and for every partition it named."""
+    response = pb.FetchResponse(error=error(code, message))
     for topic in request.topics:
         answer = response.topics.add(name=topic.name)
         for p in topic.partitions:
             answer.partitions.add(
-                partition=p.partition, error=error(STALE_BROKER_EPOCH, message), high_watermark=-1,
+                partition=p.partition, error=error(code, message), high_watermark=-1,
                 last_stable_offset=-1, log_start_offset=-1, log_end_offset=-1, leader_epoch=-1,
             )  # fmt: skip
     return response
@@ -336,3 +341,16 @@ def _fill_offsets(ctx: BrokerContext, target: Target, answer: pb.FetchPartitionR
         answer.high_watermark = partition.high_watermark
         answer.last_stable_offset = partition.last_stable_offset
         answer.leader_epoch = partition.leader_epoch
+
+
+def trace_fetch(request: pb.FetchRequest, response: pb.FetchResponse, arrived_s: float, woke_ns: int) -> None:
+    """``fe`` events (``log.trace``): per fetched partition, who fetched (``replica_id``, -1 for consumers),
+    from which offset, how many bytes it got, when the fetch arrived, when a parked fetch was woken (0: it
+    did not wait), and when its answer was ready."""
+    answered_ns = trace.now_ns()
+    offsets = {(t.name, p.partition): p.fetch_offset for t in request.topics for p in t.partitions}
+    for topic in response.topics:
+        for answer in topic.partitions:
+            offset = offsets.get((topic.name, answer.partition), -1)
+            trace.record(answered_ns, "fe", topic.name, answer.partition, request.replica_id, offset,
+                         answer.ByteSize(), int(arrived_s * 1e9), woke_ns)  # fmt: skip

@@ -9,6 +9,7 @@ Port plan from ``--base-port B`` (default 9092), every address on 127.0.0.1::
     broker i, internal          B + 400 + i    (--security sasl_ssl: the brokers' own SSL listener)
     broker i, metrics           B + 500 + i    (9592, ...: http://HOST:PORT/metrics)
     controller i, metrics       B + 600 + i    (9692, ...)
+    broker i, replication       B + 700 + i    (9792, ...: followers fetch here, broker.replication_link)
 
 (a node's metrics port is its gRPC port + 500).
 
@@ -36,6 +37,7 @@ RAFT_PORT_OFFSET = 200
 KAFKA_PORT_OFFSET = 300
 INTERNAL_PORT_OFFSET = 400
 METRICS_PORT_OFFSET = 500  # from the node's gRPC port
+REPLICATION_PORT_OFFSET = 700
 MAX_NODES = 100  # per role: the port ranges above must not overlap
 CLUSTER_JSON = "cluster.json"
 SECRET_FILE = "cluster.secret"
@@ -54,6 +56,7 @@ class NodePlan:
     kafka_listen: str = ""  # a broker's Kafka-protocol listener ("" in a layout from before it existed)
     metrics: str = ""
     internal_listen: str = ""  # --security sasl_ssl: a broker's inter-broker listener (SSL)
+    replication_listen: str = ""  # a broker's REPLICATION listener ("" in a layout from before it existed)
 
     @property
     def name(self) -> str:
@@ -105,6 +108,8 @@ class ClusterPlan:
                 found.append((port_of(node.kafka_listen), f"broker {node.node_id} (Kafka protocol)"))
             if node.internal_listen:
                 found.append((port_of(node.internal_listen), f"broker {node.node_id} (internal)"))
+            if node.replication_listen:
+                found.append((port_of(node.replication_listen), f"broker {node.node_id} (replication)"))
             if metrics and node.metrics:
                 found.append((port_of(node.metrics), f"{node.role} {node.node_id} (metrics)"))
         return found
@@ -128,13 +133,14 @@ def plan_cluster(
     for count, what in ((controllers, "--controllers"), (brokers, "--brokers")):
         if not 1 <= count <= MAX_NODES:
             raise CliError(f"{what} must be between 1 and {MAX_NODES}, got {count}")
-    highest = base_port + CONTROLLER_PORT_OFFSET + METRICS_PORT_OFFSET + controllers - 1
+    highest = max(base_port + CONTROLLER_PORT_OFFSET + METRICS_PORT_OFFSET + controllers,
+                  base_port + REPLICATION_PORT_OFFSET + brokers) - 1  # fmt: skip
     if base_port < 1 or highest > 65535:
         raise CliError(
             f"--base-port {base_port} does not fit: the cluster uses ports {base_port}..{highest} "
             f"(brokers from {base_port}, controllers from {base_port + CONTROLLER_PORT_OFFSET}, "
             f"Raft from {base_port + RAFT_PORT_OFFSET}, Kafka protocol from {base_port + KAFKA_PORT_OFFSET}, "
-            f"metrics from {base_port + METRICS_PORT_OFFSET})"
+            f"metrics from {base_port + METRICS_PORT_OFFSET}, replication from {base_port + REPLICATION_PORT_OFFSET})"
         )
     root = os.path.abspath(root)
     return ClusterPlan(
@@ -157,7 +163,8 @@ def plan_cluster(
                      kafka_listen=f"{_host(hosts, 'broker', i)}:{base_port + KAFKA_PORT_OFFSET + i}",
                      metrics=f"{_host(hosts, 'broker', i)}:{base_port + METRICS_PORT_OFFSET + i}",
                      internal_listen=f"{_host(hosts, 'broker', i)}:{base_port + INTERNAL_PORT_OFFSET + i}"
-                     if security == "sasl_ssl" else "")
+                     if security == "sasl_ssl" else "",
+                     replication_listen=f"{_host(hosts, 'broker', i)}:{base_port + REPLICATION_PORT_OFFSET + i}")
             for i in range(brokers)
         ),
     )
@@ -185,7 +192,8 @@ def cluster_document(plan: ClusterPlan, pids: Mapping[str, int], *, metrics: boo
         ],  # fmt: skip
         "brokers": [
             {"node_id": b.node_id, "pid": pids.get(b.name), "listen": b.listen, "kafka_listen": b.kafka_listen,
-             "data_dir": b.data_dir, **({"internal_listen": b.internal_listen} if b.internal_listen else {})}
+             "data_dir": b.data_dir, **({"internal_listen": b.internal_listen} if b.internal_listen else {}),
+             **({"replication_listen": b.replication_listen} if b.replication_listen else {})}
             for b in plan.brokers
         ],
     }
@@ -254,13 +262,14 @@ def _node(role: str, entry: Mapping[str, Any]) -> NodePlan:
     raft = _address(entry["raft_listen"]) if role == "controller" else ""
     kafka = _address(entry["kafka_listen"]) if role == "broker" and entry.get("kafka_listen") else ""
     internal = _address(entry["internal_listen"]) if role == "broker" and entry.get("internal_listen") else ""
+    replication = _address(entry["replication_listen"]) if role == "broker" and entry.get("replication_listen") else ""
     data_dir = entry["data_dir"]
     if not isinstance(data_dir, str) or not data_dir:
         raise ValueError(f"bad data_dir {data_dir!r}")
     # a cluster.json without metrics addresses (an older one, or a run without metrics): the planned ones
     metrics = entry.get("metrics") or f"{listen.rpartition(':')[0]}:{port_of(listen) + METRICS_PORT_OFFSET}"
     return NodePlan(role, node_id, listen, data_dir, raft_listen=raft, kafka_listen=kafka, metrics=_address(metrics),
-                    internal_listen=internal)
+                    internal_listen=internal, replication_listen=replication)
 
 
 def _address(value: object) -> str:

@@ -85,8 +85,9 @@ class Secured:
         if node.role == "controller":
             return [*common, "listener.security.protocol.map=CONTROLLER:SSL"]
         if self.mode == "ssl":
-            return [*common, "listener.security.protocol.map=PLAINTEXT:SSL,KAFKA:SSL,CONTROLLER:SSL"]
-        return [*common, "listener.security.protocol.map=PLAINTEXT:SSL,CLIENT:SASL_SSL,KAFKA:SASL_SSL,CONTROLLER:SSL",
+            return [*common, "listener.security.protocol.map=PLAINTEXT:SSL,KAFKA:SSL,REPLICATION:SSL,CONTROLLER:SSL"]
+        return [*common, "listener.security.protocol.map=PLAINTEXT:SSL,CLIENT:SASL_SSL,KAFKA:SASL_SSL,REPLICATION:SSL,"
+                "CONTROLLER:SSL",
                 "listener.name.client.ssl.client.auth=none", "listener.name.kafka.ssl.client.auth=none"]  # fmt: skip
 
     def admin_certificate_config(self) -> dict[str, object]:

@@ -32,6 +32,8 @@ metrics=False)``:
 * ``channel_credentials``: gRPC channel credentials of the test's own stubs (TLS clusters).
 * ``client_listener``: the name of a second gRPC listener on every broker (e.g. ``CLIENT``), on free ports
   ``client_addresses`` (not with ``kafka``).
+* ``replication=True``: every broker also has a ``REPLICATION`` listener (``broker.replication_link``: the
+  followers fetch there) on a free port, ``replication_addresses``.
 * ``wait_for(predicate, timeout_s, what)``: poll (every 20 ms) until ``predicate()`` is true, else fail.
 
 Processes run ``python -m odradek.cli`` (the ``odradek`` command), or the command in the environment
@@ -166,13 +168,19 @@ class Cluster:
         kafka: bool = False,
         channel_credentials: grpc.ChannelCredentials | None = None,
         client_listener: str | None = None,
+        replication: bool = False,
     ) -> None:
         self.root = Path(root)
         self.channel_credentials = channel_credentials  # for the test's own stubs: TLS to TLS listeners
         # reserved across processes, below the ephemeral range (controller.ports)
         nodes = controllers + brokers
         extra = brokers if client_listener else 0
-        ports = free_ports(2 * controllers + brokers + (brokers if kafka else 0) + (nodes if metrics else 0) + extra)
+        links = brokers if replication else 0
+        ports = free_ports(
+            2 * controllers + brokers + (brokers if kafka else 0) + (nodes if metrics else 0) + extra + links
+        )
+        self.replication_addresses = [f"127.0.0.1:{p}" for p in ports[len(ports) - links :]] if links else []
+        ports = ports[: len(ports) - links]
         self.client_addresses = [f"127.0.0.1:{p}" for p in ports[len(ports) - extra :]] if extra else []
         ports = ports[: len(ports) - extra]
         grpc_ports, raft_ports = ports[:controllers], ports[controllers : 2 * controllers]
@@ -205,6 +213,9 @@ class Cluster:
             listeners = f"PLAINTEXT://{listen},KAFKA://{self.kafka_addresses[i]}" if kafka else listen
             if client_listener:
                 listeners = f"PLAINTEXT://{listen},{client_listener}://{self.client_addresses[i]}"
+            if replication:
+                listeners = ("" if "://" in listeners else "PLAINTEXT://") + listeners
+                listeners += f",REPLICATION://{self.replication_addresses[i]}"
             argv = [*odradek_command(), "broker", "--node-id", str(i), "--listen", listeners]
             argv += ["--controllers", self.controller_addresses, "--data-dir", str(data_dir), *_config_args(config)]
             argv += metrics_args(controllers + i)
@@ -363,3 +374,21 @@ def _config_args(config: Mapping[str, str]) -> list[str]:
     for key, value in config.items():
         args += ["--config", f"{key}={value}"]
     return args
+
+
+def established_connections(address: str) -> int:
+    """How many TCP connections to ``address`` (``HOST:PORT`` a process of this machine listens on) are
+    established now, from the kernel's tables (``/proc/net/tcp``, ``/proc/net/tcp6``): the accepted sides."""
+    port = int(address.rpartition(":")[2])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state = fields[1], fields[3]
+            if state == "01" and int(local.rpartition(":")[2], 16) == port:  # 01: ESTABLISHED
+                count += 1
+    return count

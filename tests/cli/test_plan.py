@@ -43,10 +43,11 @@ def test_port_plan_from_the_base_port(tmp_path: Path) -> None:
     assert plan.kafka_bootstrap_servers == "127.0.0.1:9392,127.0.0.1:9393"
     assert [b.metrics for b in plan.brokers] == ["127.0.0.1:9592", "127.0.0.1:9593"]
     assert [c.metrics for c in plan.controllers] == ["127.0.0.1:9692", "127.0.0.1:9693", "127.0.0.1:9694"]
+    assert [b.replication_listen for b in plan.brokers] == ["127.0.0.1:9792", "127.0.0.1:9793"]
     ports = [port for port, _ in plan.ports()]
-    # controllers, raft, brokers' gRPC and Kafka listeners, every node's metrics
-    assert len(ports) == len(set(ports)) == 3 + 3 + 2 + 2 + 5
-    assert len(plan.ports(metrics=False)) == 3 + 3 + 2 + 2
+    # controllers, raft, brokers' gRPC, Kafka and replication listeners, every node's metrics
+    assert len(ports) == len(set(ports)) == 3 + 3 + 2 + 2 + 2 + 5
+    assert len(plan.ports(metrics=False)) == 3 + 3 + 2 + 2 + 2
 
 
 @pytest.mark.parametrize(
@@ -70,8 +71,10 @@ def test_cluster_json_has_exactly_the_interface_shape(tmp_path: Path) -> None:
     controller = {"node_id": 0, "pid": 11, "listen": "127.0.0.1:30100", "raft_listen": "127.0.0.1:30200",
                   "data_dir": str(tmp_path / "controller-0"), "metrics": "127.0.0.1:30600"}  # fmt: skip
     assert doc["controllers"] == [controller]
-    assert [set(b) for b in doc["brokers"]] == [{"node_id", "pid", "listen", "kafka_listen", "data_dir", "metrics"}] * 2
+    keys = {"node_id", "pid", "listen", "kafka_listen", "replication_listen", "data_dir", "metrics"}
+    assert [set(b) for b in doc["brokers"]] == [keys] * 2
     assert [b["kafka_listen"] for b in doc["brokers"]] == ["127.0.0.1:30300", "127.0.0.1:30301"]
+    assert [b["replication_listen"] for b in doc["brokers"]] == ["127.0.0.1:30700", "127.0.0.1:30701"]
     assert [b["pid"] for b in doc["brokers"]] == [12, 13]
     assert [b["metrics"] for b in doc["brokers"]] == ["127.0.0.1:30500", "127.0.0.1:30501"]
     assert not list(tmp_path.glob(".cluster.json*")), "the temporary file is renamed into place"
@@ -137,7 +140,8 @@ def test_children_get_the_interface_flags(tmp_path: Path) -> None:
     broker = child_argv(plan, plan.brokers[0], secret, [])
     assert broker[3] == "broker"
     assert dict(zip(broker[4::2], broker[5::2], strict=True)) == {
-        "--node-id": "0", "--listen": "PLAINTEXT://127.0.0.1:30000,KAFKA://127.0.0.1:30300",
+        "--node-id": "0",
+        "--listen": "PLAINTEXT://127.0.0.1:30000,KAFKA://127.0.0.1:30300,REPLICATION://127.0.0.1:30700",
         "--data-dir": str(tmp_path / "broker-0"),
         "--controllers": "127.0.0.1:30100,127.0.0.1:30101,127.0.0.1:30102", "--metrics-listen": "127.0.0.1:30500",
     }  # fmt: skip

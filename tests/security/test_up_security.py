@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from odradek.security.config import load_properties
+from tests.broker.cluster import established_connections
 from tests.cli.helpers import UpProcess, odradek
+from tests.support.launcher import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -76,6 +78,12 @@ def test_up_with_security(mode: str, start_up: Callable[..., UpProcess], env: di
     code, out, err = cli("consume", "orders", "--from-beginning", "--max-messages", "3", "--timeout-ms", "20000")
     assert code == 0, err
     assert sorted(out.split()) == ["one", "three", "two"]
+    # the followers replicate over the brokers' REPLICATION listeners (SSL, certificates, CLUSTER_ACTION)
+    links = [b["replication_listen"] for b in doc["brokers"]]
+    wait_until(lambda: sum(established_connections(a) for a in links) >= 1, 30, "a follower on a replication listener")
+    code, out, _ = cli("topics", "describe", "orders")
+    assert code == 0
+    assert [line.split("Isr:")[1].strip().count(",") for line in out.splitlines() if "Isr:" in line] == [1, 1]
     code, out, _ = cli("cluster")
     assert code == 0
     assert out.count("SERVING") == 3  # health over TLS

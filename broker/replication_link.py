@@ -1,0 +1,210 @@
+"""Replication over plain TCP: the ``REPLICATION`` listener and the followers' connections to it.
+
+A follower's fetches are the data path of every acks=all record (docs/LATENCY.md): each record waits for a
+fetch answer from the leader and for the next fetch that reports the follower's position. Over gRPC each of
+those messages costs the leader ~115 µs of CPU in grpcio alone and a thread switch on each side; over a
+plain socket read and written by the thread that handles it, about a third (``bench/rpc_floor.py``).
+
+A broker listed with a listener named ``REPLICATION`` (``--listen PLAINTEXT://h:p,REPLICATION://h:q``)
+registers it like any other; a follower (``replica.fetch.tcp.enable``, default true) whose leader has one
+sends its Fetch requests there, else on the leader's inter-broker gRPC listener as before. Truncation
+(OffsetsForLeaderEpoch) stays on gRPC: it is asked once per leader change.
+
+The wire, in lockstep (one request, then its answer; a Kafka connection's order):
+
+    frame    := size:uint32 (big-endian) payload[size]
+    request  := a serialized ``odradek.broker.FetchRequest`` with ``replica_id`` >= 0
+    answer   := a serialized ``odradek.broker.FetchResponse``
+
+The server answers each request as the gRPC Fetch does (:func:`broker.handlers.fetch.handle`, on the
+connection's thread: the long poll waits there); it checks each request as the gRPC listeners check a
+ReplicaFetch message (``controller.security.rules``): the claimed broker's epoch (STALE_BROKER_EPOCH) and,
+with an authorizer, CLUSTER_ACTION on the cluster for the connection's principal. A refused request is
+answered with the refusal for every partition, as the gRPC stream answers it. A request that is not a
+follower's (``replica_id`` < 0: the listener is for brokers) is answered INVALID_REQUEST. A frame larger
+than ``socket.request.max.bytes``, or one that does not parse, closes the connection (nothing was read or
+changed); so does ``connections.max.idle.ms`` without a request.
+
+Security, by the listener's protocol (``listener.security.protocol.map``): PLAINTEXT (principal
+``User:ANONYMOUS``), SSL and SASL_SSL (TLS; the principal is the client certificate's, through
+``ssl.principal.mapping.rules``: brokers authenticate to each other by certificate, as on gRPC). SASL has no
+exchange on this listener, so SASL_PLAINTEXT is refused at start.
+
+This module is the wire and the follower's side (:class:`FollowerLink`); the listener is
+:mod:`broker.replication_listener`.
+
+Thread-safety: :meth:`FollowerLink.call` from one thread at a time (the fetcher's), :meth:`FollowerLink.close`
+from any.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import ssl
+import struct
+import tempfile
+import threading
+import time
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from proto import broker_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+NAME = "REPLICATION"
+SIZE = struct.Struct(">I")
+CONNECT_TIMEOUT_S = 5.0
+
+
+def is_replication_listener(name: str) -> bool:
+    return name == NAME
+
+
+class LinkError(ConnectionError):
+    """The connection to the leader's replication listener failed or closed: the round is retried."""
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def recv_exactly(sock: socket.socket, size: int, deadline: float | None) -> bytearray | None:
+    """``size`` bytes, or None when the peer closed before the first; ``TimeoutError`` past ``deadline``."""
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the deadline passed")
+            sock.settimeout(left)
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            if got == 0:
+                return None
+            raise ConnectionError(f"the peer closed the connection inside a frame ({got} of {size} bytes)")
+        got += n
+    return buffer
+
+
+def frame(payload: bytes) -> bytes:
+    return SIZE.pack(len(payload)) + payload
+
+
+# ------------------------------------------------------------------------------------------------ client
+
+
+def protocol_of(settings: Any) -> str | None:
+    """The protocol of the ``REPLICATION`` listeners by this node's ``listener.security.protocol.map``
+    (:class:`~controller.security.settings.NodeSecurity`), None when a map was given without it: the
+    follower then cannot know how to talk to one, and fetches over gRPC."""
+    try:
+        return str(settings.protocol(NAME))
+    except ValueError:  # metadata.configs.ConfigError
+        return None
+
+
+def client_context(settings: Any) -> ssl.SSLContext:
+    """A follower's TLS context from the node's settings: trust its truststore (the system's without one),
+    present its certificate when it has one (N4: nodes authenticate to each other by certificate)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if settings.truststore_pem is not None:
+        context.load_verify_locations(cadata=settings.truststore_pem.decode("ascii"))
+    else:
+        context.load_default_certs()
+    if settings.key_pem is not None and settings.cert_chain_pem is not None:
+        with tempfile.NamedTemporaryFile() as keystore:
+            keystore.write(settings.key_pem + settings.cert_chain_pem)
+            keystore.flush()
+            context.load_cert_chain(keystore.name)
+    return context
+
+
+class FollowerLink:
+    """A follower's connection to one leader's replication listener, opened on the first call and again
+    after a failure; :meth:`call` sends a FetchRequest and returns its FetchResponse, or raises
+    :class:`LinkError` (the connection is then closed)."""
+
+    def __init__(self, address: str, tls: ssl.SSLContext | None, max_answer_bytes: int) -> None:
+        self.address = address
+        self._tls = tls
+        self._max_answer_bytes = max_answer_bytes
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _connect(self, deadline: float) -> socket.socket:
+        host, port = split_host_port(self.address)
+        sock = socket.create_connection(
+            (host, port), timeout=max(0.01, min(CONNECT_TIMEOUT_S, deadline - time.monotonic()))
+        )
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:
+                sock = self._tls.wrap_socket(sock, server_hostname=host)
+        except BaseException:
+            sock.close()
+            raise
+        with self._lock:
+            if self._closed:
+                sock.close()
+                raise LinkError(f"the link to {self.address} is closed")
+            self._sock = sock
+        return sock
+
+    def call(self, request: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
+        deadline = time.monotonic() + timeout_s
+        try:
+            sock = self._sock or self._connect(deadline)
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            sock.sendall(frame(request.SerializeToString()))
+            head = recv_exactly(sock, SIZE.size, deadline)
+            if head is None:
+                raise LinkError(f"{self.address} closed the connection")
+            (size,) = SIZE.unpack(head)
+            if size > self._max_answer_bytes:
+                raise LinkError(f"{self.address} answered {size} bytes, over the limit of {self._max_answer_bytes}")
+            payload = recv_exactly(sock, size, deadline) if size else b""
+            if payload is None:
+                raise LinkError(f"{self.address} closed the connection")
+            return pb.FetchResponse.FromString(bytes(payload))
+        except (OSError, DecodeError) as exc:  # TimeoutError and ssl.SSLError are OSErrors
+            self._drop()
+            if isinstance(exc, LinkError):
+                raise
+            if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+                raise LinkError(f"{self.address} closed the connection ({exc!r})") from exc
+            if isinstance(exc, TimeoutError) and time.monotonic() >= deadline - 0.001:
+                raise LinkError(f"{self.address} did not answer within {timeout_s:g} s") from exc
+            raise LinkError(f"replication link to {self.address}: {exc!r}") from exc
+
+    def _drop(self) -> None:
+        with self._lock:
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def close(self) -> None:
+        """Close the connection; a call in progress fails at once (its socket is shut down)."""
+        with self._lock:
+            self._closed = True
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+def replication_address(image: Any, broker_id: int) -> str | None:
+    """The address of broker ``broker_id``'s ``REPLICATION`` listener, or None when it registered none."""
+    broker = image.broker(broker_id)
+    endpoint = None if broker is None else broker.endpoint(NAME)
+    return None if endpoint is None else f"{endpoint.host}:{endpoint.port}"
