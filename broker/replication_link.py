@@ -69,6 +69,7 @@ class LinkError(ConnectionError):
 
 
 def split_host_port(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT``) -> (host, port); an empty host is every address."""
     host, _, port = address.rpartition(":")
     return host.strip("[]") or "0.0.0.0", int(port)
 

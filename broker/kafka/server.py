@@ -17,16 +17,12 @@ from broker.kafka import security
 from broker.kafka.api import Session
 from broker.kafka.apis import API_TABLE
 from broker.kafka.connection import Connection
+from broker.replication_link import split_host_port
 
 logger = logging.getLogger(__name__)
 
 ACCEPT_POLL_S = 0.5
 BACKLOG = 128
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 class KafkaListener:
