@@ -3,7 +3,7 @@
 A follower's fetches are the data path of every acks=all record (docs/LATENCY.md): each record waits for a
 fetch answer from the leader and for the next fetch that reports the follower's position. Over gRPC each of
 those messages costs the leader ~115 µs of CPU in grpcio alone and a thread switch on each side; over a
-plain socket read and written by the thread that handles it, about a third (``bench/rpc_floor.py``).
+plain socket on an ``asyncio`` loop, about a third (``bench/rpc_floor.py``).
 
 A broker listed with a listener named ``REPLICATION`` (``--listen PLAINTEXT://h:p,REPLICATION://h:q``)
 registers it like any other; a follower (``replica.fetch.tcp.enable``, default true) whose leader has one

@@ -1,130 +1,178 @@
 """The ``REPLICATION`` listener: followers' fetches over plain TCP (the wire and the rules are
 :mod:`broker.replication_link`'s docstring).
 
-It is the Kafka listener's acceptor and thread per connection (:class:`~broker.kafka.server.KafkaListener`),
-each connection serving framed FetchRequests in lockstep as :func:`broker.handlers.fetch.handle` does (the
-long poll waits on the connection's thread), with the gRPC Fetch's ``fe`` trace events (``log.trace``). A
-high watermark a follower's fetch moves completes the waiting acks=all produces from that thread (their
-wake-ups reach the gRPC event loop as any other thread's).
+It is an ``asyncio`` server on the event loop of the broker's inter-broker gRPC listener, and each request is
+answered by that listener's :meth:`BrokerService.Fetch <broker.service.BrokerService.Fetch>` coroutine: the same
+reads, long poll (a :class:`~controller.long_poll.Wakeup`, no thread held), metrics and ``fe`` trace events
+(``log.trace``) as a gRPC ReplicaFetch message. Being on that loop matters: the Produce requests of clients on
+that listener append there, so an append wakes the parked follower fetches, and a follower's report moves
+the high watermark and completes the waiting acks=all produces, without a thread switch (measured in
+docs/LATENCY.md: a thread per connection cost each of those hand-offs ~0.1 ms).
 
-Thread-safety: as :class:`~broker.kafka.server.KafkaListener`.
+Admission: at most ``max.connections`` connections; a connection idle for ``connections.max.idle.ms`` (no
+request, or an answer the follower does not read) is closed.
+
+Thread-safety: ``start`` and ``stop`` from the broker's thread; everything else runs on the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
-import time
+import ssl
 from typing import Any
 
 from google.protobuf.message import DecodeError
 
 from broker.context import BrokerContext
 from broker.handlers import fetch
-from broker.kafka.api import Session
-from broker.kafka.server import KafkaListener
-from broker.replication_link import SIZE, frame, recv_exactly
+from broker.kafka import security
+from broker.replication_link import SIZE, frame, split_host_port
 from controller.security.rules import BROKER_RULES, Check
-from log import trace
 from metadata.configs import ConfigError
 from proto import broker_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
 RULE = "ReplicaFetch"  # each request is checked as a message of the gRPC ReplicaFetch stream
+START_TIMEOUT_S = 10.0
+ANONYMOUS = "User:ANONYMOUS"
 
 
-class _ServerConnection:
-    """One follower's connection (see the module docstring); :meth:`serve` runs on its own thread."""
+class _NoContext:
+    """What :meth:`BrokerService.Fetch` gets instead of a gRPC context: its handlers' ``abort`` on an
+    unexpected error, after which the error itself propagates (logged, and the connection closed here)."""
 
-    def __init__(self, ctx: BrokerContext, sock: socket.socket, session: Session, max_request_bytes: int,
-                 idle_timeout_s: float) -> None:  # fmt: skip
+    async def abort(self, _code: object, _details: str) -> None:
+        return None
+
+
+class ReplicationListener:
+    """The ``REPLICATION`` listener named ``name`` on ``listen``, served on ``loop`` by ``service`` (see the
+    module docstring). ``ConfigError`` at construction for SASL_PLAINTEXT (no SASL exchange here)."""
+
+    def __init__(self, ctx: BrokerContext, name: str, listen: str, service: Any, loop: asyncio.AbstractEventLoop):
         self.ctx = ctx
-        self.sock = sock
-        self.session = session
-        self.max_request_bytes = max_request_bytes
-        self.idle_timeout_s = idle_timeout_s
+        self.name = name
+        self.listen = listen
+        self.protocol = ctx.security.protocol(name)
+        if self.protocol == "SASL_PLAINTEXT":
+            raise ConfigError("listener.security.protocol.map", f"listener {name} is SASL_PLAINTEXT: the replication "
+                              "listener authenticates brokers by TLS certificate, so it must be PLAINTEXT, SSL or "
+                              "SASL_SSL")  # fmt: skip
+        config = ctx.config
+        self.max_connections = int(config.get("max.connections"))
+        self.max_request_bytes = int(config.get("socket.request.max.bytes"))
+        self.idle_timeout_s = int(config.get("connections.max.idle.ms")) / 1000.0
+        self.tls = self._tls_context() if self.protocol in ("SSL", "SASL_SSL") else None
+        self._service = service
+        self._loop = loop
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.port = 0
 
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
+    def _tls_context(self) -> ssl.SSLContext:
+        settings = self.ctx.security
+        settings.check_listener(self.name)
+        assert settings.key_pem is not None
+        assert settings.cert_chain_pem is not None
+        required = settings.client_auth_by_listener.get(self.name.upper(), settings.client_auth_required)
+        return security.server_context(settings.key_pem, settings.cert_chain_pem, settings.truststore_pem, required)
 
-    def serve(self) -> None:
-        who = f"{self.session.client_host}:{self.session.client_port}"
+    # --- lifecycle (the broker's thread) ------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bind and serve; ``RuntimeError`` when the address cannot be bound."""
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(START_TIMEOUT_S)
+
+    async def _start(self) -> None:
+        host, port = split_host_port(self.listen)
         try:
+            self._server = await asyncio.start_server(
+                self._serve, host, port, ssl=self.tls, reuse_address=True,
+                ssl_handshake_timeout=self.idle_timeout_s if self.tls is not None else None,
+            )  # fmt: skip
+        except OSError as exc:
+            raise RuntimeError(f"cannot listen on {self.listen}: {exc}") from None
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        """Stop accepting and close every connection (before the loop stops: the gRPC listener's stop)."""
+        if self._server is None or self._loop.is_closed():
+            return
+        with contextlib.suppress(Exception):  # the loop already stopped: its sockets went with it
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(START_TIMEOUT_S)
+
+    async def _stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+
+    # --- connections (the loop) ---------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        who = f"{peer[0]}:{peer[1]}"
+        if len(self._writers) >= self.max_connections:
+            logger.warning("broker %d: %s at max.connections=%d, refusing %s", self.ctx.broker_id, self.name,
+                           self.max_connections, peer[0])  # fmt: skip
+            writer.transport.abort()
+            return
+        self._writers.add(writer)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        idle = self._loop.call_later(self.idle_timeout_s, writer.transport.abort)
+        try:
+            principal = self._principal(writer)
             while True:
-                self.sock.settimeout(self.idle_timeout_s)
-                head = recv_exactly(self.sock, SIZE.size, None)
-                if head is None:
-                    return
+                head = await reader.readexactly(SIZE.size)
                 (size,) = SIZE.unpack(head)
                 if size > self.max_request_bytes:
                     logger.info("replication listener: closing %s: a request of %d bytes is over "
                                 "socket.request.max.bytes (%d)", who, size, self.max_request_bytes)  # fmt: skip
                     return
-                payload = recv_exactly(self.sock, size, time.monotonic() + self.idle_timeout_s) if size else b""
-                if payload is None:
-                    return
                 try:
-                    request = pb.FetchRequest.FromString(bytes(payload))
+                    request = pb.FetchRequest.FromString(await reader.readexactly(size))
                 except DecodeError as exc:
                     logger.info("replication listener: closing %s: a request that is not a FetchRequest: %s", who,
                                 exc)  # fmt: skip
                     return
-                arrived = time.perf_counter()
-                response = self._answer(request, arrived)
-                self.sock.settimeout(self.idle_timeout_s)
-                self.sock.sendall(frame(response.SerializeToString()))
-                if self.ctx.metrics is not None:
-                    self.ctx.metrics.requests.record(fetch.handle, request, response, arrived)
-        except OSError as exc:  # TimeoutError (idle) and ssl.SSLError among them
-            logger.debug("replication listener: connection from %s ended: %s", who, exc)
+                idle.cancel()  # the long poll has a deadline of its own
+                response = await self._answer(request, principal, str(peer[0]))
+                idle = self._loop.call_later(self.idle_timeout_s, writer.transport.abort)  # the answer read, and
+                writer.write(frame(response.SerializeToString()))  # the next request, within the idle time
+                await writer.drain()
+        except (asyncio.IncompleteReadError, OSError) as exc:  # the peer closed, idled out, reset; a TLS error
+            logger.debug("replication listener: connection from %s ended: %r", who, exc)
         except Exception:
             logger.exception("broker %d: replication listener: a fetch from %s failed", self.ctx.broker_id, who)
         finally:
-            self.sock.close()
+            idle.cancel()
+            self._writers.discard(writer)
+            writer.transport.abort()
 
-    def _answer(self, request: pb.FetchRequest, arrived: float) -> pb.FetchResponse:
+    def _principal(self, writer: asyncio.StreamWriter) -> str:
+        """The connection's principal: its client certificate's under TLS (``ssl.SSLError`` when the mapping
+        rules refuse it), else ``User:ANONYMOUS``."""
+        ssl_object = writer.get_extra_info("ssl_object")
+        if ssl_object is None:
+            return ANONYMOUS
+        return security.certificate_principal(ssl_object, self.ctx.security.principal_mapper)
+
+    async def _answer(self, request: pb.FetchRequest, principal: str, host: str) -> pb.FetchResponse:
         if request.replica_id < 0:
             return fetch.refused(request, "INVALID_REQUEST", "the REPLICATION listener serves follower fetches only "
-                           f"(replica_id >= 0), got replica_id {request.replica_id}: consumers fetch on a client "
-                           "listener")  # fmt: skip
+                                 f"(replica_id >= 0), got replica_id {request.replica_id}: consumers fetch on a "
+                                 "client listener")  # fmt: skip
         guard = self.ctx.guard
         if guard is not None and guard.authorizer is not None:
-            check = Check(guard.authorizer.current(), self.session.principal, self.session.client_host)
-            denial = BROKER_RULES[RULE](request, check)
+            denial = BROKER_RULES[RULE](request, Check(guard.authorizer.current(), principal, host))
             if denial is not None:
                 return fetch.refused(request, denial.code, denial.message)
-        started = fetch.begin_grpc(self.ctx, request)
-        woke_ns = 0
-        if isinstance(started, fetch.PendingFetch):
-            if not started.op.wait(started.wait_s):
-                started.op.expire()
-            woke_ns = trace.now_ns() if trace.ON else 0
-            started = fetch.finish_grpc(self.ctx, started)
-        if trace.ON:
-            fetch.trace_fetch(request, started, arrived, woke_ns)
-        return started
-
-
-class ReplicationListener(KafkaListener):
-    """The ``REPLICATION`` listener: the Kafka listener's acceptor and thread per connection, serving the
-    frames of the module docstring. ``ConfigError`` at construction for SASL_PLAINTEXT."""
-
-    KIND = "replication"
-
-    def __init__(self, ctx: BrokerContext, name: str, listen: str) -> None:
-        protocol = ctx.security.protocol(name)
-        if protocol == "SASL_PLAINTEXT":
-            raise ConfigError("listener.security.protocol.map", f"listener {name} is SASL_PLAINTEXT: the replication "
-                              "listener authenticates brokers by TLS certificate, so it must be PLAINTEXT, SSL or "
-                              "SASL_SSL")  # fmt: skip
-        super().__init__(ctx, name, listen)
-        self.sendfile = False
-
-    def _connection(self, client: socket.socket, session: Session) -> Any:
-        return _ServerConnection(self.ctx, client, session, self.max_request_bytes, self.idle_timeout_s)
-
-    def _takes_certificate_principal(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        response: pb.FetchResponse = await self._service.Fetch(request, _NoContext())
+        return response

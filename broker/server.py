@@ -23,8 +23,8 @@ Threads and what each owns:
 - the Kafka-protocol listeners (:mod:`broker.kafka`, listeners named ``KAFKA`` or ``KAFKA_*``): an acceptor
   thread each and one thread per client connection, which runs the same handlers as gRPC; the classic
   group timer thread (:mod:`broker.group.classic_driver`);
-- the replication listener (:mod:`broker.replication_link`, a listener named ``REPLICATION``): followers'
-  fetches over plain TCP, on the Kafka listener's acceptor and thread per connection;
+- the replication listener (:mod:`broker.replication_listener`, a listener named ``REPLICATION``): followers'
+  fetches over plain TCP, an ``asyncio`` server on the inter-broker gRPC listener's event loop;
 - one fetcher thread per leader this broker follows partitions from
   (:class:`~broker.replica_fetcher.ReplicaFetcherManager`, reassigned by the metadata thread after each change).
 
@@ -203,7 +203,8 @@ class BrokerServer:
         self.replicas.role_listeners.append(self.txn_coordinator.on_partition)
         self.ctx.txn_coordinator = self.txn_coordinator
         self._grpc: list[Any] = []  # one gRPC server per gRPC listener
-        self._kafka: list[Any] = []  # a broker.kafka.server.KafkaListener per Kafka-protocol or replication listener
+        self._kafka: list[Any] = []  # one broker.kafka.server.KafkaListener per Kafka-protocol listener
+        self._links: list[Any] = []  # one broker.replication_listener.ReplicationListener per REPLICATION listener
         self._stopped = False
         self._stop_lock = threading.Lock()
 
@@ -239,20 +240,26 @@ class BrokerServer:
         self.health = HealthReporter(SERVICE_NAME, self._healthy)
         self.replicas.startup()
         self.lifecycle.previous_broker_epoch = clean_shutdown.take_previous_epoch(self.options.data_dir)
+        services: dict[str, tuple[Any, Any]] = {}  # listener name -> (its RpcServer, its BrokerService)
         try:
             for listener in self.options.all_listeners():
-                if is_kafka_listener(listener.name) or is_replication_listener(listener.name):
+                if is_kafka_listener(listener.name):
                     from broker.kafka.server import KafkaListener
-                    from broker.replication_listener import ReplicationListener
 
-                    kind = KafkaListener if is_kafka_listener(listener.name) else ReplicationListener
-                    kafka = kind(self.ctx, listener.name, listener.listen)
+                    kafka = KafkaListener(self.ctx, listener.name, listener.listen)
                     kafka.start()
                     self._kafka.append(kafka)
-                else:
-                    self._grpc.append(
-                        start_grpc_server(self.ctx, listener.listen, listener=listener.name, health=self.health)
-                    )
+                elif not is_replication_listener(listener.name):
+                    self._grpc.append(start_grpc_server(self.ctx, listener.listen, listener=listener.name,
+                                                        health=self.health, services=services))  # fmt: skip
+            for listener in self.options.all_listeners():  # on the inter-broker gRPC listener's event loop
+                if is_replication_listener(listener.name):
+                    from broker.replication_listener import ReplicationListener
+
+                    server, service = services[LISTENER]
+                    link = ReplicationListener(self.ctx, listener.name, listener.listen, service, server.loop)
+                    link.start()
+                    self._links.append(link)
             self.health.start()
             if self.metrics is not None:
                 self.metrics.start(self)
@@ -314,6 +321,8 @@ class BrokerServer:
                 logger.info("broker %d: controlled shutdown done", self.node_id)
             elif not self.lifecycle.uncontrolled:
                 logger.warning("broker %d: controlled shutdown not confirmed in %.1f s", self.node_id, timeout_s)
+        for link in self._links:  # first: it runs on a gRPC listener's event loop
+            link.stop()
         stopped = [server.stop(GRPC_GRACE_S) for server in self._grpc]  # no new requests
         for kafka in self._kafka:
             kafka.stop()

@@ -374,11 +374,13 @@ def max_concurrent_rpcs(config: BrokerConfig) -> int:
 
 
 def start_grpc_server(
-    ctx: BrokerContext, listen: str, *, listener: str = LISTENER, health: HealthReporter | None = None
-) -> RpcServer:
+    ctx: BrokerContext, listen: str, *, listener: str = LISTENER, health: HealthReporter | None = None,
+    services: dict[str, tuple[RpcServer, BrokerService]] | None = None,
+) -> RpcServer:  # fmt: skip
     """Serve the Broker service (and ``health``'s) on ``listen`` for the listener named ``listener``;
     ``RuntimeError`` when it cannot bind. Short requests run on ``num.io.threads`` workers; long polls wait
-    without one."""
+    without one. ``services`` gets ``listener`` -> (the server, its Broker service): the replication listener
+    serves on them."""
     receive, send = message_limits(ctx.config)
     holder: list[BrokerService] = []
 
@@ -407,4 +409,6 @@ def start_grpc_server(
         interceptors=ctx.guard.interceptors(listener) if ctx.guard is not None else (),
     )
     rpc.start()
+    if services is not None:
+        services[listener] = (rpc, holder[0])
     return rpc

@@ -10,7 +10,6 @@ import logging
 import socket
 import ssl
 import threading
-from typing import Any
 
 from broker.context import BrokerContext
 from broker.kafka import security
@@ -26,10 +25,7 @@ BACKLOG = 128
 
 
 class KafkaListener:
-    """Kafka's binary protocol on ``listen`` for the listener named ``name``; see the module docstring.
-    Subclasses serve another protocol on the same acceptor (:meth:`_connection`)."""
-
-    KIND = "kafka"  # in thread names and log lines
+    """Kafka's binary protocol on ``listen`` for the listener named ``name``; see the module docstring."""
 
     def __init__(self, ctx: BrokerContext, name: str, listen: str) -> None:
         self.ctx = ctx
@@ -43,7 +39,7 @@ class KafkaListener:
         self.tls = self._tls_context() if self.protocol in ("SSL", "SASL_SSL") else None
         self.sendfile = bool(config.get("socket.sendfile.enable")) and self.tls is None  # TLS: bytes go through it
         self._lock = threading.Lock()
-        self._connections: set[Any] = set()
+        self._connections: set[Connection] = set()
         self._stopping = threading.Event()
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -71,7 +67,7 @@ class KafkaListener:
         sock.settimeout(ACCEPT_POLL_S)
         self._sock, self.port = sock, sock.getsockname()[1]
         self._thread = threading.Thread(
-            target=self._accept_loop, name=f"broker-{self.ctx.broker_id}-{self.KIND}-acceptor", daemon=True
+            target=self._accept_loop, name=f"broker-{self.ctx.broker_id}-kafka-acceptor", daemon=True
         )
         self._thread.start()
 
@@ -98,33 +94,24 @@ class KafkaListener:
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             session = Session(self.name, address[0], address[1], sendfile=self.sendfile)
             security.open_session(session, self.protocol)
-            conn = self._connection(client, session)
+            conn = Connection(self.ctx, client, session, API_TABLE, self.max_request_bytes, self.idle_timeout_s)
             self._connections.add(conn)
         thread = threading.Thread(
-            target=self._serve, args=(conn,), name=f"broker-{self.ctx.broker_id}-{self.KIND}-{address[0]}:{address[1]}",
+            target=self._serve, args=(conn,), name=f"broker-{self.ctx.broker_id}-kafka-{address[0]}:{address[1]}",
             daemon=True,
         )  # fmt: skip
         thread.start()
 
-    def _connection(self, client: socket.socket, session: Session) -> Any:
-        """What serves an accepted socket: an object with ``sock``, ``session``, ``serve()`` and ``close()``."""
-        return Connection(self.ctx, client, session, API_TABLE, self.max_request_bytes, self.idle_timeout_s)
-
-    def _takes_certificate_principal(self) -> bool:
-        """Whether the connection's principal is its client certificate's (SASL listeners authenticate by SASL)."""
-        return self.protocol == "SSL"
-
-    def _serve(self, conn: Any) -> None:
+    def _serve(self, conn: Connection) -> None:
         try:
             if self.tls is not None:
                 try:
                     conn.sock = security.secure_socket(conn.sock, self.tls, self.idle_timeout_s)
-                    if self._takes_certificate_principal():
+                    if self.protocol == "SSL":
                         conn.session.principal = security.certificate_principal(conn.sock, self.ctx.security
                                                                                 .principal_mapper)  # fmt: skip
                 except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-                    logger.info("%s listener %s: TLS with %s failed: %s", self.KIND, self.name,
-                                conn.session.client_host, exc)  # fmt: skip
+                    logger.info("kafka listener %s: TLS with %s failed: %s", self.name, conn.session.client_host, exc)
                     conn.sock.close()
                     return
             conn.serve()

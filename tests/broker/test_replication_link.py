@@ -166,7 +166,7 @@ def test_a_peer_that_is_not_there_fails_the_call() -> None:
 def test_the_listener_refuses_sasl_plaintext_at_start() -> None:
     ctx = SimpleNamespace(security=SimpleNamespace(protocol=lambda name: "SASL_PLAINTEXT"))
     with pytest.raises(ConfigError, match="REPLICATION is SASL_PLAINTEXT"):
-        ReplicationListener(ctx, "REPLICATION", "127.0.0.1:0")  # type: ignore[arg-type]
+        ReplicationListener(ctx, "REPLICATION", "127.0.0.1:0", None, None)  # type: ignore[arg-type]
 
 
 def image_with(endpoints: dict[int, list[tuple[str, str, int]]]) -> SimpleNamespace:
