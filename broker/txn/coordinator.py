@@ -17,7 +17,9 @@ Threads and locks (one owner per state machine):
 * **The marker threads** (a small pool) write the markers of decided transactions (Prepare*): the
   partitions are grouped by leader, each leader gets one WriteTxnMarkers (this broker's own partitions are
   written in place), retriable failures are retried with a backoff until every partition has its marker
-  (a deleted topic counts as done, as in Kafka), then Complete* is written (TC8). A job stops when its shard
+  (a deleted topic counts as done, as in Kafka), then Complete* is written (TC8), written again after a
+  retriable failure (the ISR below ``min.insync.replicas`` for a moment after a failover) while the shard is
+  still this broker's. A job stops when its shard
   is no longer this broker's: the next coordinator loads the Prepare* state and writes the markers again
   (TC11; markers are idempotent for a partition: a second COMMIT of a closed transaction closes nothing).
 * **The coordinator thread** loads a shard when this broker becomes leader of its partition (replays the
@@ -39,6 +41,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from broker.appends import PendingAppend
 from broker.coordinator_shards import CoordinatorShard, CoordinatorShards
@@ -60,6 +63,11 @@ logger = logging.getLogger(__name__)
 TXN_TOPIC = "__transaction_state"
 WRITE_TIMEOUT_MS = 5_000  # the acks=all wait of a __transaction_state write
 MARKER_RETRY_MS = (50, 100, 200, 500, 1000)  # backoff between marker rounds
+# a Complete* write that failed with one of these is written again (NOT_COORDINATOR: the shard moved, the
+# loop stops on is_current; INVALID_TXN_STATE and the rest: nothing left to complete)
+COMPLETION_RETRIABLE = frozenset(
+    {E.COORDINATOR_NOT_AVAILABLE, E.CONCURRENT_TRANSACTIONS, E.COORDINATOR_LOAD_IN_PROGRESS}
+)
 MARKER_THREADS = 4
 LOAD_BUFFER_BYTES = 5 * 1024 * 1024
 
@@ -313,11 +321,28 @@ class TransactionCoordinator:
             if remaining:
                 self._stopping.wait(MARKER_RETRY_MS[min(attempt, len(MARKER_RETRY_MS) - 1)] / 1000)
                 attempt += 1
-        now = self.clock.time_ms()
-        try:
-            self._execute(shard, lambda m: m.markers_written(metadata.transactional_id, now))
-        except TxnError as exc:
-            logger.info("broker %d: completing %r: %s %s", self.broker_id, metadata.transactional_id, exc.code, exc)
+        self._complete_until_done(shard, metadata.transactional_id)
+
+    def _complete_until_done(self, shard: _Shard, transactional_id: str) -> None:
+        """TC8's last step, Complete* written, retried with the markers' backoff while the failure is retriable
+        (the write found the ISR below ``min.insync.replicas`` right after a failover, or timed out) and the
+        shard is still this broker's: until it is written the transaction stays Prepare* and every request of
+        the id answers CONCURRENT_TRANSACTIONS, so giving up here stalled the id until the next coordinator
+        load (found by ``tests/transactions/test_exactly_once_processes.py``)."""
+        attempt = 0
+        while True:
+            try:
+                self._execute(shard, partial(_markers_written, transactional_id, self.clock.time_ms()))
+                return
+            except TxnError as exc:
+                logger.info("broker %d: completing %r: %s %s", self.broker_id, transactional_id, exc.code, exc)
+                if exc.code not in COMPLETION_RETRIABLE or shard.failure:
+                    return  # nothing left to complete, or a shard that failed to load (it never will)
+            if self._stopping.wait(MARKER_RETRY_MS[min(attempt, len(MARKER_RETRY_MS) - 1)] / 1000):
+                return
+            if not self._runtime.is_current(shard):
+                return  # the next coordinator loads the Prepare* state and completes it (TC11)
+            attempt += 1
 
     def _leader_of(self, tp: TopicPartition) -> int | None:
         topic = self._metadata.image.topic(tp[0])
@@ -389,6 +414,10 @@ class TransactionCoordinator:
 
     def _check_current(self, shard: _Shard) -> None:
         self._runtime.check_current(shard)
+
+
+def _markers_written(transactional_id: str, now_ms: int, manager: TransactionStateManager) -> Decision:
+    return manager.markers_written(transactional_id, now_ms)
 
 
 def read_records(log: Log) -> Iterator[tuple[str, TxnMetadata | None]]:
