@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-import ssl
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -66,20 +65,12 @@ class ReplicationListener:
         self.max_connections = int(config.get("max.connections"))
         self.max_request_bytes = int(config.get("socket.request.max.bytes"))
         self.idle_timeout_s = int(config.get("connections.max.idle.ms")) / 1000.0
-        self.tls = self._tls_context() if self.protocol in ("SSL", "SASL_SSL") else None
+        self.tls = security.listener_context(ctx.security, name) if self.protocol in ("SSL", "SASL_SSL") else None
         self._service = service
         self._loop = loop
         self._server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self.port = 0
-
-    def _tls_context(self) -> ssl.SSLContext:
-        settings = self.ctx.security
-        settings.check_listener(self.name)
-        assert settings.key_pem is not None
-        assert settings.cert_chain_pem is not None
-        required = settings.client_auth_by_listener.get(self.name.upper(), settings.client_auth_required)
-        return security.server_context(settings.key_pem, settings.cert_chain_pem, settings.truststore_pem, required)
 
     # --- lifecycle (the broker's thread) ------------------------------------------------------------
 

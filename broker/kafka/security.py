@@ -64,6 +64,17 @@ def server_context(
     return context
 
 
+def listener_context(settings: Any, name: str) -> ssl.SSLContext:
+    """The TLS server context of listener ``name`` from the node's settings
+    (:class:`~controller.security.settings.NodeSecurity`): its keystore, and client certificates required when
+    ``ssl.client.auth`` (or ``listener.name.<name>.ssl.client.auth``) says so."""
+    settings.check_listener(name)
+    assert settings.key_pem is not None
+    assert settings.cert_chain_pem is not None
+    required = settings.client_auth_by_listener.get(name.upper(), settings.client_auth_required)
+    return server_context(settings.key_pem, settings.cert_chain_pem, settings.truststore_pem, required)
+
+
 def certificate_principal(sock: ssl.SSLSocket, mapper: Any) -> str:
     der = sock.getpeercert(binary_form=True)
     if not der:

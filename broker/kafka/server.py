@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import ssl
 import threading
 
 from broker.context import BrokerContext
@@ -36,7 +35,7 @@ class KafkaListener:
         self.max_request_bytes = int(config.get("socket.request.max.bytes"))
         self.idle_timeout_s = int(config.get("connections.max.idle.ms")) / 1000.0
         self.protocol = ctx.security.protocol(name)  # docs/SECURITY.md; broker/kafka/security.py
-        self.tls = self._tls_context() if self.protocol in ("SSL", "SASL_SSL") else None
+        self.tls = security.listener_context(ctx.security, name) if self.protocol in ("SSL", "SASL_SSL") else None
         self.sendfile = bool(config.get("socket.sendfile.enable")) and self.tls is None  # TLS: bytes go through it
         self._lock = threading.Lock()
         self._connections: set[Connection] = set()
@@ -44,14 +43,6 @@ class KafkaListener:
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
-
-    def _tls_context(self) -> ssl.SSLContext:
-        settings = self.ctx.security
-        settings.check_listener(self.name)
-        assert settings.key_pem is not None
-        assert settings.cert_chain_pem is not None
-        required = settings.client_auth_by_listener.get(self.name.upper(), settings.client_auth_required)
-        return security.server_context(settings.key_pem, settings.cert_chain_pem, settings.truststore_pem, required)
 
     def start(self) -> None:
         """Bind and start accepting; ``RuntimeError`` when the address cannot be bound."""
