@@ -29,7 +29,6 @@ def peer(*scripts: Script) -> Iterator[str]:
     """A listening socket whose n-th accepted connection runs ``scripts[n]``; yields its address."""
     server = socket.create_server(("127.0.0.1", 0))
     server.settimeout(10)
-    done = threading.Event()
 
     def run() -> None:
         for script in scripts:
@@ -39,7 +38,6 @@ def peer(*scripts: Script) -> Iterator[str]:
                 return
             with conn:
                 script(conn)
-        done.set()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
