@@ -180,12 +180,33 @@ def test_append_on_a_follower_names_the_leader(cluster: Callable[..., Cluster]) 
 
 def test_re_proposals_after_timeouts_commit_exactly_once(cluster: Callable[..., Cluster]) -> None:
     """A pysyncobj timeout is not a failure: append re-proposes under the same request id (here after
-    1 ms, long before a commit) and de-duplication keeps one copy, with one result for all copies."""
+    1 ms, long before a commit) and de-duplication keeps one copy, with one result for all copies.
+
+    An election during the run is not this test's subject, and it happens: pysyncobj has no pre-vote, so
+    one stall of an election timeout (0.3 s) in this process on a loaded machine deposes the leader (seen
+    once in CI: ``NotActiveError`` with node 0 re-elected, its new term's marker not yet applied). Both
+    answers of a deposed node, ``NotActiveError`` and ``NOT_CONTROLLER``, promise that nothing was written,
+    so that record is appended again on the node active in the newer term; exactly-once is still checked on
+    the whole log, and a ``REQUEST_TIMED_OUT`` (outcome unknown) still fails the test.
+    """
     c = cluster(tuning=QuorumTuning(append_retry_interval_s=0.001)).start_all()
     active = c.settled()
-    results = [active.append([b"r%d" % i], timeout_s=10) for i in range(40)]
-    assert all(r.ok for r in results)
-    assert active.proposals > 40  # copies were proposed
+    results = []
+    for i in range(40):
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            term = active.status().raft_term
+            try:
+                result = active.append([b"r%d" % i], timeout_s=10)
+            except NotActiveError:
+                result = AppendResult.failure(NOT_CONTROLLER)
+            if result.error != NOT_CONTROLLER or time.monotonic() > deadline:
+                break
+            active = c.active()
+            assert active.status().raft_term > term, "NOT_CONTROLLER without a newer term"
+        assert result.ok, f"r{i}: {result}"
+        results.append(result)
+    assert sum(n.proposals for n in c.nodes.values()) > 40  # copies were proposed
     assert [r.base_offset for r in results] == sorted({r.base_offset for r in results})
     assert data(c.converged()) == [b"r%d" % i for i in range(40)]
 
