@@ -43,7 +43,6 @@ import contextlib
 import logging
 import socket
 import ssl
-import struct
 import tempfile
 import threading
 import time
@@ -51,12 +50,12 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from common.framing import SIZE, frame, recv_exactly, split_host_port
 from proto import broker_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
 NAME = "REPLICATION"
-SIZE = struct.Struct(">I")
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -66,35 +65,6 @@ def is_replication_listener(name: str) -> bool:
 
 class LinkError(ConnectionError):
     """The connection to the leader's replication listener failed or closed: the round is retried."""
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT``) -> (host, port); an empty host is every address."""
-    host, _, port = address.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
-def recv_exactly(sock: socket.socket, size: int, deadline: float | None) -> bytearray | None:
-    """``size`` bytes, or None when the peer closed before the first; ``TimeoutError`` past ``deadline``."""
-    buffer = bytearray(size)
-    view, got = memoryview(buffer), 0
-    while got < size:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("the deadline passed")
-            sock.settimeout(left)
-        n = sock.recv_into(view[got:])
-        if n == 0:
-            if got == 0:
-                return None
-            raise ConnectionError(f"the peer closed the connection inside a frame ({got} of {size} bytes)")
-        got += n
-    return buffer
-
-
-def frame(payload: bytes) -> bytes:
-    return SIZE.pack(len(payload)) + payload
 
 
 # ------------------------------------------------------------------------------------------------ client

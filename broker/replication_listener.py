@@ -28,7 +28,7 @@ from google.protobuf.message import DecodeError
 from broker.context import BrokerContext
 from broker.handlers import fetch
 from broker.kafka import security
-from broker.replication_link import SIZE, frame, split_host_port
+from common.framing import SIZE, frame, split_host_port
 from controller.security.rules import BROKER_RULES, Check
 from metadata.configs import ConfigError
 from proto import broker_pb2 as pb

@@ -24,7 +24,8 @@ Threads and what each owns:
   thread each and one thread per client connection, which runs the same handlers as gRPC; the classic
   group timer thread (:mod:`broker.group.classic_driver`);
 - the replication listener (:mod:`broker.replication_listener`, a listener named ``REPLICATION``): followers'
-  fetches over plain TCP, an ``asyncio`` server on the inter-broker gRPC listener's event loop;
+  fetches over plain TCP, an ``asyncio`` server on the inter-broker gRPC listener's event loop; the same for the
+  ``DATA`` listener (:mod:`broker.data_listener`): Odradek's producers and consumers on plain TCP frames;
 - one fetcher thread per leader this broker follows partitions from
   (:class:`~broker.replica_fetcher.ReplicaFetcherManager`, reassigned by the metadata thread after each change).
 
@@ -75,6 +76,7 @@ from broker.txn.coordinator import TransactionCoordinator, TxnConfig
 from broker.txn.peers import BrokerPeers
 from broker.txn.state import TxnMetadata
 from common.clock import Clock, SystemClock
+from common.framing import DATA
 from controller.security.node import NodeGuard
 from controller.security.rules import BROKER_RULES
 from controller.security.settings import NodeSecurity
@@ -204,7 +206,7 @@ class BrokerServer:
         self.ctx.txn_coordinator = self.txn_coordinator
         self._grpc: list[Any] = []  # one gRPC server per gRPC listener
         self._kafka: list[Any] = []  # one broker.kafka.server.KafkaListener per Kafka-protocol listener
-        self._links: list[Any] = []  # one broker.replication_listener.ReplicationListener per REPLICATION listener
+        self._links: list[Any] = []  # the REPLICATION and DATA listeners (broker.replication_listener, .data_listener)
         self._stopped = False
         self._stop_lock = threading.Lock()
 
@@ -249,7 +251,7 @@ class BrokerServer:
                     kafka = KafkaListener(self.ctx, listener.name, listener.listen)
                     kafka.start()
                     self._kafka.append(kafka)
-                elif not is_replication_listener(listener.name):
+                elif not is_replication_listener(listener.name) and listener.name != DATA:
                     self._grpc.append(start_grpc_server(self.ctx, listener.listen, listener=listener.name,
                                                         health=self.health, services=services))  # fmt: skip
             for listener in self.options.all_listeners():  # on the inter-broker gRPC listener's event loop
@@ -260,6 +262,13 @@ class BrokerServer:
                     link = ReplicationListener(self.ctx, listener.name, listener.listen, service, server.loop)
                     link.start()
                     self._links.append(link)
+                elif listener.name == DATA:  # the same loop: clients' appends wake the followers' fetches there
+                    from broker.data_listener import DataListener
+
+                    server, service = services[LISTENER]
+                    data = DataListener(self.ctx, listener.name, listener.listen, service, server.loop)
+                    data.start()
+                    self._links.append(data)
             self.health.start()
             if self.metrics is not None:
                 self.metrics.start(self)

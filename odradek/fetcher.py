@@ -7,7 +7,10 @@ the next one is already on its way (the fetch offset runs ahead of the position,
 last complete batch received). Answers are decoded one batch at a time as ``poll`` takes records, so
 ``max.poll.records`` bounds the work of a poll, not the answer's size. A broker's fetches go on one
 ``FetchStream`` (``common.streams``: no call set-up per fetch; a broken stream fails the fetch on it,
-retried after the partitions' backoff on a new stream; a broker without the stream gets unary Fetch calls).
+retried after the partitions' backoff on a new stream; a broker without the stream gets unary Fetch calls),
+or, when the broker has a ``DATA`` listener, on one TCP connection of plain frames to it
+(``odradek.net.data_link``: a third of the broker's CPU per fetch, the answer read by the connection's own
+thread; a listener that cannot be reached gets gRPC for ``DATA_FALLBACK_MS``).
 
 Per-partition answers: records become a :class:`CompletedFetch`; OFFSET_OUT_OF_RANGE resets the
 position by ``auto.offset.reset`` (or fails the partition when it is ``none``); stale-metadata and
@@ -36,6 +39,7 @@ from typing import Any
 
 import grpc
 
+from common.framing import FETCH
 from common.streams import OrderedStream
 from log.record import HEADER_SIZE, BatchHeader, iter_batches
 from log.record.columns import Columns, iter_batch_columns
@@ -50,6 +54,7 @@ from odradek.errors import (
     error_from_code,
 )
 from odradek.net import ClusterClient, rpc_error
+from odradek.net.data_link import DataLink, DataLinkUnreachable
 from odradek.read_committed import AbortedTransactionFilter
 from odradek.types import (
     TIMESTAMP_TYPE_CREATE_TIME,
@@ -63,6 +68,7 @@ from proto import broker_pb2
 logger = logging.getLogger(__name__)
 
 MAX_BUFFERED_ANSWERS = 2
+DATA_ANSWER_SLACK = 1 << 20  # a FetchResponse from a DATA listener: its records plus this much
 READ_COMMITTED = 1  # isolation_level
 _GENERATIONS = itertools.count()  # unique across states, so a re-assigned partition never takes an old answer
 
@@ -297,6 +303,8 @@ class Fetcher:
         self._event = threading.Event()
         self._start = 0
         self._streams: dict[str, OrderedStream] = {}  # by broker address
+        self._links: dict[int, DataLink] = {}  # each broker's DATA connection, by node id (odradek.net.data_link)
+        self._max_answer_bytes = max(config.fetch_max_bytes, config.max_partition_fetch_bytes) + DATA_ANSWER_SLACK
 
     # ---------------------------------------------------------------------------------- send
 
@@ -361,14 +369,31 @@ class Fetcher:
             state.in_flight = pending
         self._in_flight[node] = pending
         timeout_s = (cfg.request_timeout_ms + cfg.fetch_max_wait_ms) / 1000
-        stream = self._streams.get(address)
-        if stream is None:  # one FetchStream per broker; unary Fetch calls (on the pool) where it has none
-            stream = self._streams[address] = OrderedStream(
-                stub, f"odradek-consumer-fetch-{address}", "FetchStream", "Fetch",
-                lambda request, timeout: self._client.submit(stub.Fetch, request, timeout),
-            )  # fmt: skip
-        pending.call = stream.start(request, timeout_s)
+        link = self._link_for(node)
+        if link is not None:
+            pending.call = link.start(FETCH, request, timeout_s)
+        else:
+            stream = self._streams.get(address)
+            if stream is None:  # one FetchStream per broker; unary Fetch calls (on the pool) where it has none
+                stream = self._streams[address] = OrderedStream(
+                    stub, f"odradek-consumer-fetch-{address}", "FetchStream", "Fetch",
+                    lambda request, timeout: self._client.submit(stub.Fetch, request, timeout),
+                )  # fmt: skip
+            pending.call = stream.start(request, timeout_s)
         pending.call.add_done_callback(lambda _: self._finished(pending))
+
+    def _link_for(self, node: int) -> DataLink | None:
+        """The connection to the broker's DATA listener, None when its fetches go on gRPC (a broker has one
+        fetch in flight at most, and none now: the switch is free)."""
+        address = self._client.data_address(node)
+        link = self._links.get(node)
+        if link is not None and link.address != address:
+            link.close()  # the broker moved, or its DATA listener went away or could not be reached
+            del self._links[node]
+            link = None
+        if link is None and address:
+            link = self._links[node] = self._client.data_link(address, self._max_answer_bytes, "consumer")
+        return link
 
     def _finished(self, request: _FetchRequest) -> None:
         """On a gRPC thread: hand the answer to the consumer's thread."""
@@ -397,6 +422,16 @@ class Fetcher:
                     state.in_flight = None
             try:
                 response = request.call.result()
+            except DataLinkUnreachable as exc:  # gRPC for this broker for a while; the fetch is retried
+                link = self._links.pop(request.node, None)
+                if link is not None:
+                    self._client.data_unreachable(link.address, exc)
+                    link.close()
+                self._failed(request, states, exc, now_ms)
+                continue
+            except KafkaError as exc:  # from the DATA listener: a refusal, or the connection lost (NetworkError)
+                self._failed(request, states, exc, now_ms)
+                continue
             except grpc.RpcError as exc:
                 self._failed(request, states, rpc_error(exc, "Fetch", request.address), now_ms)
                 continue
@@ -568,6 +603,9 @@ class Fetcher:
         for stream in self._streams.values():
             stream.close()
         self._streams.clear()
+        for link in self._links.values():
+            link.close()
+        self._links.clear()
 
 
 def _next_offset(data: bytes) -> tuple[int | None, int]:

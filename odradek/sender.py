@@ -5,6 +5,12 @@ sendable batches, drain them (up to ``max.in.flight.requests.per.connection`` re
 ``max.request.size`` each), send, expire batches past ``delivery.timeout.ms``, then sleep until the
 next linger or backoff deadline or until woken (a new batch, a response, a flush, close).
 
+Transport: a broker with a ``DATA`` listener (the metadata names it: ``ClusterClient.data_address``) gets the
+requests on one TCP connection of plain frames (``odradek.net.data_link``: pipelined, answered in order, the
+answer read by the connection's own thread), which costs the broker about a third of the CPU of a gRPC message;
+a broker without one, or whose DATA listener could not be reached (for ``DATA_FALLBACK_MS``), gets them on gRPC
+as follows. A broker's requests move from one to the other only while none is in flight.
+
 Request order: the sender thread starts each Produce request itself, on the broker's ``ProduceStream``
 (``common.streams.OrderedStream``: one long-lived stream per broker, requests pipelined on it and
 answered in order, no call set-up per request), so one broker's requests go out in the order they were
@@ -51,6 +57,7 @@ from typing import Any
 import grpc
 
 from common.clock import Clock
+from common.framing import PRODUCE
 from common.streams import OrderedStream
 from log import trace
 from odradek.accumulator import ProducerBatch, RecordAccumulator
@@ -67,10 +74,12 @@ from odradek.errors import (
 )
 from odradek.idempotence import DUPLICATE_SEQUENCE, OUT_OF_ORDER, UNKNOWN_PRODUCER_ID, IdempotenceState, Verdict
 from odradek.net import ClusterClient, rpc_error
+from odradek.net.data_link import DataLink, DataLinkUnreachable
 from odradek.types import TopicPartition
 from proto import broker_pb2
 
 MAX_IDLE_MS = 1000.0
+DATA_ANSWER_BYTES = 16 << 20  # the largest ProduceResponse taken from a DATA listener (a few bytes a partition)
 STALE_REQUEST_MS = 1000.0  # an unanswered request this old has its leaders looked up again
 STALE_REFRESH_MS = 250.0  # ... this often, from brokers other than its own
 _REFUSED = frozenset({OUT_OF_ORDER, UNKNOWN_PRODUCER_ID})  # with an earlier batch unanswered: rule P5
@@ -135,6 +144,7 @@ class Sender:
         self._stale_refresh_ms = -float("inf")  # the last metadata refresh asked for because of a stale request
         self._completions: deque[tuple[_Request, Any]] = deque()
         self._streams: dict[str, OrderedStream] = {}  # each broker's ProduceStream, by address
+        self._links: dict[int, DataLink] = {}  # each broker's DATA connection, by node id (odradek.net.data_link)
         self._wake = threading.Event()
         self._running = True
         self._forced = False
@@ -186,6 +196,8 @@ class Sender:
                     self._fail(batch, error)
         for stream in self._streams.values():
             stream.close()
+        for link in self._links.values():
+            link.close()
 
     def _guarded_run_once(self) -> None:
         """A bug in one pass must not kill the thread and leave every future hanging: log, pause, go on."""
@@ -323,7 +335,11 @@ class Sender:
         if trace.ON:
             request.sent_ns = trace.now_ns()
         try:  # started here, on the sender thread: one broker's requests go out in the order they were drained
-            call = self._stream_for(*target).start(message, self._request_timeout_ms / 1000)
+            link = self._link_for(node)
+            if link is not None:
+                call = link.start(PRODUCE, message, self._request_timeout_ms / 1000)
+            else:
+                call = self._stream_for(*target).start(message, self._request_timeout_ms / 1000)
         except Exception as exc:  # a closed channel, ...: the request failed before it left
             error = NetworkError(f"Produce to {request.address} failed: {exc!r}")
             if self._acks == 0:  # nothing is retried: the records fail
@@ -338,6 +354,23 @@ class Sender:
                     batch.complete(-1)
         request.call = call
         call.add_done_callback(lambda done: self._on_done(request, done))
+
+    def _link_for(self, node: int) -> DataLink | None:
+        """The connection to the broker's DATA listener (TCP frames), None when its requests go on gRPC. A
+        broker's requests switch between the two only while none is in flight, so they never overtake each
+        other."""
+        address = self._client.data_address(node)
+        link = self._links.get(node)
+        if link is not None and link.address != address and link.pending == 0:
+            link.close()  # the broker moved or its DATA listener went away
+            del self._links[node]
+            link = None
+        if link is not None:
+            return link
+        if not address or self._in_flight.get(node, 0) > 1:  # this request is counted already
+            return None
+        link = self._links[node] = self._client.data_link(address, DATA_ANSWER_BYTES, "producer")
+        return link
 
     def _stream_for(self, stub: Any, address: str) -> OrderedStream:
         """The broker's ProduceStream (made by its first request); unary Produce calls where it has none."""
@@ -363,6 +396,14 @@ class Sender:
             request, call = self._completions.popleft()
             try:
                 response = call.result()
+            except DataLinkUnreachable as exc:  # gRPC for this broker for a while; the batches are retried
+                link = self._links.pop(request.node, None)
+                if link is not None:
+                    self._client.data_unreachable(link.address, exc)
+                    link.close()
+                self._complete_request(request, exc, now)
+            except KafkaError as exc:  # from the DATA listener: a refusal, or the connection lost (NetworkError)
+                self._complete_request(request, exc, now)
             except grpc.RpcError as exc:
                 self._complete_request(request, rpc_error(exc, "Produce", request.address), now)
             except Exception as exc:  # cancelled by channel close, ...

@@ -18,18 +18,22 @@ class MetadataRequest(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[str]] = ..., all_topics: _Optional[bool] = ...) -> None: ...
 
 class BrokerNode(_message.Message):
-    __slots__ = ("node_id", "host", "port", "rack", "fenced")
+    __slots__ = ("node_id", "host", "port", "rack", "fenced", "data_host", "data_port")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
+    DATA_HOST_FIELD_NUMBER: _ClassVar[int]
+    DATA_PORT_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     host: str
     port: int
     rack: str
     fenced: bool
-    def __init__(self, node_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., fenced: _Optional[bool] = ...) -> None: ...
+    data_host: str
+    data_port: int
+    def __init__(self, node_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., fenced: _Optional[bool] = ..., data_host: _Optional[str] = ..., data_port: _Optional[int] = ...) -> None: ...
 
 class PartitionMetadata(_message.Message):
     __slots__ = ("error", "partition", "leader", "leader_epoch", "replicas", "isr", "offline_replicas")

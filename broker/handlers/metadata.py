@@ -12,6 +12,8 @@ listener, and the answer gives every broker's endpoint of the listener the reque
 inside a container network and outside it each get addresses they can reach. A broker without that listener
 is left out, and a partition it leads answers LISTENER_NOT_FOUND (as Kafka does); on the default
 ``PLAINTEXT`` listener a broker without it is listed with its first endpoint (single-listener clusters).
+Each broker also comes with its ``DATA`` listener's address when it has one (``offers_data``): the clients'
+Produce and Fetch on plain TCP frames (``broker.data_listener``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import re
 from broker.context import BrokerContext
 from broker.errors import INVALID_TOPIC_EXCEPTION, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION, error
 from broker.lifecycle import LISTENER
+from common.framing import DATA
 from metadata.image import BrokerRegistration, MetadataImage, TopicImage
 from metadata.records import Endpoint
 from proto import broker_pb2 as pb
@@ -46,15 +49,31 @@ def listener_endpoint(broker: BrokerRegistration, listener: str = LISTENER) -> E
     return endpoint
 
 
-def broker_node(broker: BrokerRegistration, listener: str = LISTENER) -> pb.BrokerNode:
+def broker_node(broker: BrokerRegistration, listener: str = LISTENER, data: bool = False) -> pb.BrokerNode:
+    """``broker`` as clients of ``listener`` see it; with ``data``, its ``DATA`` listener too when it has one."""
     endpoint = listener_endpoint(broker, listener)
+    data_endpoint = broker.endpoint(DATA) if data else None
     return pb.BrokerNode(
         node_id=broker.broker_id,
         host=endpoint.host if endpoint else "",
         port=endpoint.port if endpoint else -1,
         rack=broker.rack or "",
         fenced=broker.fenced,
+        data_host=data_endpoint.host if data_endpoint else "",
+        data_port=data_endpoint.port if data_endpoint else 0,
     )
+
+
+def offers_data(ctx: BrokerContext, listener: str) -> bool:
+    """Whether clients of ``listener`` are told of the brokers' ``DATA`` listeners: only when that listener has
+    the same security protocol as theirs (a client of an SSL listener is never sent to a plaintext one; the
+    listener names mean the same on every broker, as in Kafka), and never for SASL (the DATA listener has no
+    SASL exchange: those clients stay on gRPC)."""
+    try:
+        protocol = ctx.security.protocol(DATA)
+        return protocol in ("PLAINTEXT", "SSL") and protocol == ctx.security.protocol(listener)
+    except ValueError:  # ConfigError: a listener map without DATA
+        return False
 
 
 def handle(ctx: BrokerContext, request: pb.MetadataRequest, listener: str = LISTENER) -> pb.MetadataResponse:
@@ -67,8 +86,9 @@ def handle(ctx: BrokerContext, request: pb.MetadataRequest, listener: str = LIST
     response = pb.MetadataResponse(
         cluster_id=ctx.quorum.cluster_id, controller_id=image.controller_id, metadata_offset=image.offset
     )
+    data = offers_data(ctx, listener)
     response.brokers.extend(
-        broker_node(b, listener) for b in image.unfenced_brokers() if listener_endpoint(b, listener) is not None
+        broker_node(b, listener, data) for b in image.unfenced_brokers() if listener_endpoint(b, listener) is not None
     )
     for name in names:
         topic = image.topic(name)

@@ -15,7 +15,7 @@ from broker.kafka import security
 from broker.kafka.api import Session
 from broker.kafka.apis import API_TABLE
 from broker.kafka.connection import Connection
-from broker.replication_link import split_host_port
+from common.framing import split_host_port
 
 logger = logging.getLogger(__name__)
 

@@ -10,6 +10,8 @@ Port plan from ``--base-port B`` (default 9092), every address on 127.0.0.1::
     broker i, metrics           B + 500 + i    (9592, ...: http://HOST:PORT/metrics)
     controller i, metrics       B + 600 + i    (9692, ...)
     broker i, replication       B + 700 + i    (9792, ...: followers fetch here, broker.replication_link)
+    broker i, data              B + 800 + i    (9892, ...: the clients' Produce and Fetch on TCP frames; not with
+                                                --security sasl_ssl, whose clients authenticate by SASL on gRPC)
 
 (a node's metrics port is its gRPC port + 500).
 
@@ -38,6 +40,7 @@ KAFKA_PORT_OFFSET = 300
 INTERNAL_PORT_OFFSET = 400
 METRICS_PORT_OFFSET = 500  # from the node's gRPC port
 REPLICATION_PORT_OFFSET = 700
+DATA_PORT_OFFSET = 800
 MAX_NODES = 100  # per role: the port ranges above must not overlap
 CLUSTER_JSON = "cluster.json"
 SECRET_FILE = "cluster.secret"
@@ -57,6 +60,7 @@ class NodePlan:
     metrics: str = ""
     internal_listen: str = ""  # --security sasl_ssl: a broker's inter-broker listener (SSL)
     replication_listen: str = ""  # a broker's REPLICATION listener ("" in a layout from before it existed)
+    data_listen: str = ""  # a broker's DATA listener ("" in a layout from before it existed, or sasl_ssl)
 
     @property
     def name(self) -> str:
@@ -110,6 +114,8 @@ class ClusterPlan:
                 found.append((port_of(node.internal_listen), f"broker {node.node_id} (internal)"))
             if node.replication_listen:
                 found.append((port_of(node.replication_listen), f"broker {node.node_id} (replication)"))
+            if node.data_listen:
+                found.append((port_of(node.data_listen), f"broker {node.node_id} (data)"))
             if metrics and node.metrics:
                 found.append((port_of(node.metrics), f"{node.role} {node.node_id} (metrics)"))
         return found
@@ -134,13 +140,14 @@ def plan_cluster(
         if not 1 <= count <= MAX_NODES:
             raise CliError(f"{what} must be between 1 and {MAX_NODES}, got {count}")
     highest = max(base_port + CONTROLLER_PORT_OFFSET + METRICS_PORT_OFFSET + controllers,
-                  base_port + REPLICATION_PORT_OFFSET + brokers) - 1  # fmt: skip
+                  base_port + DATA_PORT_OFFSET + brokers) - 1  # fmt: skip
     if base_port < 1 or highest > 65535:
         raise CliError(
             f"--base-port {base_port} does not fit: the cluster uses ports {base_port}..{highest} "
             f"(brokers from {base_port}, controllers from {base_port + CONTROLLER_PORT_OFFSET}, "
             f"Raft from {base_port + RAFT_PORT_OFFSET}, Kafka protocol from {base_port + KAFKA_PORT_OFFSET}, "
-            f"metrics from {base_port + METRICS_PORT_OFFSET}, replication from {base_port + REPLICATION_PORT_OFFSET})"
+            f"metrics from {base_port + METRICS_PORT_OFFSET}, replication from {base_port + REPLICATION_PORT_OFFSET}, "
+            f"data from {base_port + DATA_PORT_OFFSET})"
         )
     root = os.path.abspath(root)
     return ClusterPlan(
@@ -164,7 +171,9 @@ def plan_cluster(
                      metrics=f"{_host(hosts, 'broker', i)}:{base_port + METRICS_PORT_OFFSET + i}",
                      internal_listen=f"{_host(hosts, 'broker', i)}:{base_port + INTERNAL_PORT_OFFSET + i}"
                      if security == "sasl_ssl" else "",
-                     replication_listen=f"{_host(hosts, 'broker', i)}:{base_port + REPLICATION_PORT_OFFSET + i}")
+                     replication_listen=f"{_host(hosts, 'broker', i)}:{base_port + REPLICATION_PORT_OFFSET + i}",
+                     data_listen=f"{_host(hosts, 'broker', i)}:{base_port + DATA_PORT_OFFSET + i}"
+                     if security != "sasl_ssl" else "")
             for i in range(brokers)
         ),
     )
@@ -193,7 +202,8 @@ def cluster_document(plan: ClusterPlan, pids: Mapping[str, int], *, metrics: boo
         "brokers": [
             {"node_id": b.node_id, "pid": pids.get(b.name), "listen": b.listen, "kafka_listen": b.kafka_listen,
              "data_dir": b.data_dir, **({"internal_listen": b.internal_listen} if b.internal_listen else {}),
-             **({"replication_listen": b.replication_listen} if b.replication_listen else {})}
+             **({"replication_listen": b.replication_listen} if b.replication_listen else {}),
+             **({"data_listen": b.data_listen} if b.data_listen else {})}
             for b in plan.brokers
         ],
     }
@@ -263,13 +273,14 @@ def _node(role: str, entry: Mapping[str, Any]) -> NodePlan:
     kafka = _address(entry["kafka_listen"]) if role == "broker" and entry.get("kafka_listen") else ""
     internal = _address(entry["internal_listen"]) if role == "broker" and entry.get("internal_listen") else ""
     replication = _address(entry["replication_listen"]) if role == "broker" and entry.get("replication_listen") else ""
+    data = _address(entry["data_listen"]) if role == "broker" and entry.get("data_listen") else ""
     data_dir = entry["data_dir"]
     if not isinstance(data_dir, str) or not data_dir:
         raise ValueError(f"bad data_dir {data_dir!r}")
     # a cluster.json without metrics addresses (an older one, or a run without metrics): the planned ones
     metrics = entry.get("metrics") or f"{listen.rpartition(':')[0]}:{port_of(listen) + METRICS_PORT_OFFSET}"
     return NodePlan(role, node_id, listen, data_dir, raft_listen=raft, kafka_listen=kafka, metrics=_address(metrics),
-                    internal_listen=internal, replication_listen=replication)
+                    internal_listen=internal, replication_listen=replication, data_listen=data)
 
 
 def _address(value: object) -> str:

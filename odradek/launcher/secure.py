@@ -85,7 +85,8 @@ class Secured:
         if node.role == "controller":
             return [*common, "listener.security.protocol.map=CONTROLLER:SSL"]
         if self.mode == "ssl":
-            return [*common, "listener.security.protocol.map=PLAINTEXT:SSL,KAFKA:SSL,REPLICATION:SSL,CONTROLLER:SSL"]
+            return [*common, "listener.security.protocol.map=PLAINTEXT:SSL,KAFKA:SSL,REPLICATION:SSL,DATA:SSL,"
+                    "CONTROLLER:SSL"]  # fmt: skip
         return [*common, "listener.security.protocol.map=PLAINTEXT:SSL,CLIENT:SASL_SSL,KAFKA:SASL_SSL,REPLICATION:SSL,"
                 "CONTROLLER:SSL",
                 "listener.name.client.ssl.client.auth=none", "listener.name.kafka.ssl.client.auth=none"]  # fmt: skip

@@ -183,6 +183,8 @@ def child_argv(plan: ClusterPlan, node: NodePlan, secret: Path, config: list[str
             listen += f",KAFKA://{node.kafka_listen}"
     if node.replication_listen:
         listen += f",REPLICATION://{node.replication_listen}"
+    if node.data_listen:
+        listen += f",DATA://{node.data_listen}"
     argv = [sys.executable, "-m", "odradek.cli", node.role, "--node-id", str(node.node_id), "--listen", listen]
     if metrics and node.metrics:
         argv += ["--metrics-listen", node.metrics]

@@ -11,6 +11,7 @@ moves on to the next broker like a refused connection (Kafka's client asks its l
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -31,11 +32,15 @@ from odradek.errors import (
 )
 from odradek.net.calls import CallPool
 from odradek.net.channels import ChannelPool
+from odradek.net.data_link import DataLink
 from odradek.net.metadata import EMPTY_CLUSTER, Cluster, TopicInfo
 from odradek.rpc_errors import rpc_error
+from odradek.security.channels import tls_context
 from odradek.security.config import SecurityConfig
 from odradek.types import TopicPartition
 from proto import broker_pb2
+
+logger = logging.getLogger(__name__)
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -47,6 +52,7 @@ class ListedOffset(NamedTuple):
     leader_epoch: int
 
 
+DATA_FALLBACK_MS = 30_000.0  # how long a broker whose DATA listener could not be reached gets gRPC instead
 SUSPECT_MS = 10_000.0  # how long a broker with an overdue request is asked last
 METADATA_ATTEMPT_S = 5.0  # one broker's time to answer a Metadata refresh before the next is asked
 
@@ -137,6 +143,11 @@ class ClusterClient:
         self._version = 0
         self._rotation = itertools.count()
         self._suspects: dict[str, float] = {}  # address -> until when (monotonic ms) it is asked last
+        # DATA listeners (odradek.net.data_link): not for SASL (no SASL exchange there); the TLS of the channels
+        self._data_enabled = security is None or not security.sasl
+        self._data_tls = tls_context(security) if security is not None and self._data_enabled else None
+        self._data_down: dict[str, float] = {}  # DATA address -> until when (monotonic ms) gRPC is used instead
+        self._name = name
 
     # ---------------------------------------------------------------------------------- metadata
 
@@ -244,6 +255,32 @@ class ClusterClient:
         if address is None:
             return None
         return self.pool.stub(address), address
+
+    def data_address(self, node_id: int) -> str:
+        """Where Produce and Fetch for ``node_id`` go on TCP frames (its DATA listener), "" for gRPC: it has none,
+        this client uses SASL, or it could not be reached a moment ago (:meth:`data_unreachable`)."""
+        address = self._cluster.data_address(node_id) if self._data_enabled else ""
+        if address and self._data_down:
+            until = self._data_down.get(address)
+            if until is not None:
+                if until > self.clock.monotonic_ms():
+                    return ""
+                self._data_down.pop(address, None)
+        return address
+
+    def data_link(self, address: str, max_answer_bytes: int, role: str) -> DataLink:
+        """A new connection to the DATA listener at ``address`` (opened by its first request; the caller owns
+        it and closes it)."""
+        return DataLink(address, self._data_tls, max_answer_bytes, f"{self._name}-{role}-{address}")
+
+    def data_unreachable(self, address: str, error: BaseException) -> None:
+        """No connection to the DATA listener at ``address`` could be opened: requests to that broker go on gRPC
+        for ``DATA_FALLBACK_MS`` (a firewall between client and broker, a listener not reachable from here),
+        then the listener is tried again."""
+        if address not in self._data_down:
+            logger.warning("%s: cannot reach the DATA listener at %s (%s); using gRPC for %.0f s", self._name,
+                           address, error, DATA_FALLBACK_MS / 1000)  # fmt: skip
+        self._data_down[address] = self.clock.monotonic_ms() + DATA_FALLBACK_MS
 
     def suspect(self, node_id: int, for_ms: float = SUSPECT_MS) -> None:
         """Ask ``node_id`` last for a while (a request to it went unanswered too long)."""

@@ -37,6 +37,7 @@ class BrokerInfo(NamedTuple):
     node_id: int
     address: str  # host:port
     rack: str
+    data_address: str = ""  # host:port of its DATA listener (Produce and Fetch on TCP frames); "": none
 
 
 class Cluster:
@@ -64,7 +65,11 @@ class Cluster:
     @classmethod
     def from_response(cls, response: broker_pb2.MetadataResponse, updated_ms: float) -> Cluster:
         brokers = {
-            b.node_id: BrokerInfo(b.node_id, f"{b.host}:{b.port}", b.rack) for b in response.brokers if not b.fenced
+            b.node_id: BrokerInfo(
+                b.node_id, f"{b.host}:{b.port}", b.rack, f"{b.data_host}:{b.data_port}" if b.data_port else ""
+            )
+            for b in response.brokers
+            if not b.fenced
         }
         topics: dict[str, TopicInfo] = {}
         for t in response.topics:
@@ -100,6 +105,11 @@ class Cluster:
     def address(self, node_id: int) -> str | None:
         broker = self.brokers.get(node_id)
         return None if broker is None else broker.address
+
+    def data_address(self, node_id: int) -> str:
+        """The address of ``node_id``'s DATA listener, "" when it has none (or is unknown)."""
+        broker = self.brokers.get(node_id)
+        return "" if broker is None else broker.data_address
 
     def partition_count(self, topic: str) -> int | None:
         info = self.topics.get(topic)

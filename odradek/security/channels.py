@@ -7,6 +7,8 @@ gRPC takes unencrypted PEM only.
 
 from __future__ import annotations
 
+import ssl
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,3 +53,24 @@ def channel_credentials(security: SecurityConfig) -> grpc.ChannelCredentials | N
         cert = _read("ssl.certificate.location", security.certificate_location)
         key = _key_pem(security.key_location, security.key_password)
     return grpc.ssl_channel_credentials(ca, key, cert)
+
+
+def tls_context(security: SecurityConfig) -> ssl.SSLContext | None:
+    """The same trust and client certificate as :func:`channel_credentials`, for the plain sockets of a DATA
+    listener (``odradek.net.data_link``); None: plaintext. The server's name is checked, as gRPC does."""
+    if not security.tls:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if security.ca_location:
+        context.load_verify_locations(cadata=_read("ssl.ca.location", security.ca_location).decode("ascii"))
+    else:
+        context.load_default_certs()
+    if security.certificate_location and security.key_location:
+        key = _key_pem(security.key_location, security.key_password)
+        cert = _read("ssl.certificate.location", security.certificate_location)
+        with tempfile.NamedTemporaryFile() as keystore:  # ssl loads a certificate chain from files only
+            keystore.write(key + b"\n" + cert)
+            keystore.flush()
+            context.load_cert_chain(keystore.name)
+    return context

@@ -34,6 +34,8 @@ metrics=False)``:
   ``client_addresses`` (not with ``kafka``).
 * ``replication=True``: every broker also has a ``REPLICATION`` listener (``broker.replication_link``: the
   followers fetch there) on a free port, ``replication_addresses``.
+* ``data=True``: every broker also has a ``DATA`` listener (``broker.data_listener``: Odradek's clients
+  produce and fetch there) on a free port, ``data_addresses``.
 * ``wait_for(predicate, timeout_s, what)``: poll (every 20 ms) until ``predicate()`` is true, else fail.
 
 Processes run ``python -m odradek.cli`` (the ``odradek`` command), or the command in the environment
@@ -169,6 +171,7 @@ class Cluster:
         channel_credentials: grpc.ChannelCredentials | None = None,
         client_listener: str | None = None,
         replication: bool = False,
+        data: bool = False,
     ) -> None:
         self.root = Path(root)
         self.channel_credentials = channel_credentials  # for the test's own stubs: TLS to TLS listeners
@@ -176,9 +179,12 @@ class Cluster:
         nodes = controllers + brokers
         extra = brokers if client_listener else 0
         links = brokers if replication else 0
+        datas = brokers if data else 0
         ports = free_ports(
-            2 * controllers + brokers + (brokers if kafka else 0) + (nodes if metrics else 0) + extra + links
+            2 * controllers + brokers + (brokers if kafka else 0) + (nodes if metrics else 0) + extra + links + datas
         )
+        self.data_addresses = [f"127.0.0.1:{p}" for p in ports[len(ports) - datas :]] if datas else []
+        ports = ports[: len(ports) - datas]
         self.replication_addresses = [f"127.0.0.1:{p}" for p in ports[len(ports) - links :]] if links else []
         ports = ports[: len(ports) - links]
         self.client_addresses = [f"127.0.0.1:{p}" for p in ports[len(ports) - extra :]] if extra else []
@@ -216,6 +222,9 @@ class Cluster:
             if replication:
                 listeners = ("" if "://" in listeners else "PLAINTEXT://") + listeners
                 listeners += f",REPLICATION://{self.replication_addresses[i]}"
+            if data:
+                listeners = ("" if "://" in listeners else "PLAINTEXT://") + listeners
+                listeners += f",DATA://{self.data_addresses[i]}"
             argv = [*odradek_command(), "broker", "--node-id", str(i), "--listen", listeners]
             argv += ["--controllers", self.controller_addresses, "--data-dir", str(data_dir), *_config_args(config)]
             argv += metrics_args(controllers + i)

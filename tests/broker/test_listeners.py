@@ -13,6 +13,7 @@ import pytest
 from broker.cli import add_broker_parser, build_options
 from broker.handlers import describe_cluster, metadata
 from common.errors import CommandError
+from controller.security.settings import NodeSecurity
 from metadata.records import Endpoint, RegisterBroker, UnfenceBroker
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
@@ -157,3 +158,33 @@ def _free_port() -> int:
 
     (port,) = free_ports(1)
     return port
+
+
+def test_metadata_names_each_brokers_data_listener_to_clients_of_a_listener_with_its_protocol(
+    harness: BrokerHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(harness, 1, Endpoint("PLAINTEXT", "broker-1", 19092), Endpoint("DATA", "broker-1", 19892),
+             Endpoint("EXTERNAL", "localhost", 9093))  # fmt: skip
+    register(harness, 2, Endpoint("PLAINTEXT", "broker-2", 19092))  # no DATA listener
+    request = pb.MetadataRequest(all_topics=True)
+
+    def data(listener: str) -> dict[int, str]:
+        brokers = metadata.handle(harness.ctx, request, listener=listener).brokers
+        return {b.node_id: f"{b.data_host}:{b.data_port}" for b in brokers if b.data_port}
+
+    assert data("PLAINTEXT") == {1: "broker-1:19892"}  # no map: every listener is PLAINTEXT
+    assert all(b.data_host == "" for b in metadata.handle(harness.ctx, request).brokers if b.node_id == 2)
+    assert describe_cluster.handle(harness.ctx, pb.DescribeClusterRequest()).brokers[1].data_port == 0
+
+    def protocols(text: str) -> None:
+        monkeypatch.setattr(harness.ctx, "security", NodeSecurity.from_props({"listener.security.protocol.map": text}))
+
+    protocols("PLAINTEXT:PLAINTEXT,EXTERNAL:SSL,DATA:PLAINTEXT")
+    assert data("PLAINTEXT") == {1: "broker-1:19892"}
+    assert data("EXTERNAL") == {}  # a client of an SSL listener is never sent to a plaintext one
+    protocols("PLAINTEXT:SSL,EXTERNAL:SSL,DATA:SSL")
+    assert data("EXTERNAL") == {1: "broker-1:19892"}
+    protocols("PLAINTEXT:SSL,EXTERNAL:SASL_SSL,DATA:SSL")
+    assert data("EXTERNAL") == {}  # SASL clients stay on gRPC: the DATA listener has no SASL exchange
+    protocols("PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT")
+    assert data("PLAINTEXT") == {}  # a map without DATA

@@ -16,8 +16,9 @@ from types import SimpleNamespace
 import pytest
 
 from broker.replica_fetcher import ReplicaFetcherManager
-from broker.replication_link import FollowerLink, LinkError, frame, recv_exactly, replication_address
+from broker.replication_link import FollowerLink, LinkError, replication_address
 from broker.replication_listener import ReplicationListener
+from common.framing import frame, recv_exactly
 from metadata.configs import ConfigError
 from proto import broker_pb2 as pb
 

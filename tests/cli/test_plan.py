@@ -44,10 +44,11 @@ def test_port_plan_from_the_base_port(tmp_path: Path) -> None:
     assert [b.metrics for b in plan.brokers] == ["127.0.0.1:9592", "127.0.0.1:9593"]
     assert [c.metrics for c in plan.controllers] == ["127.0.0.1:9692", "127.0.0.1:9693", "127.0.0.1:9694"]
     assert [b.replication_listen for b in plan.brokers] == ["127.0.0.1:9792", "127.0.0.1:9793"]
+    assert [b.data_listen for b in plan.brokers] == ["127.0.0.1:9892", "127.0.0.1:9893"]
     ports = [port for port, _ in plan.ports()]
-    # controllers, raft, brokers' gRPC, Kafka and replication listeners, every node's metrics
-    assert len(ports) == len(set(ports)) == 3 + 3 + 2 + 2 + 2 + 5
-    assert len(plan.ports(metrics=False)) == 3 + 3 + 2 + 2 + 2
+    # controllers, raft, brokers' gRPC, Kafka, replication and data listeners, every node's metrics
+    assert len(ports) == len(set(ports)) == 3 + 3 + 2 + 2 + 2 + 2 + 5
+    assert len(plan.ports(metrics=False)) == 3 + 3 + 2 + 2 + 2 + 2
 
 
 @pytest.mark.parametrize(
@@ -71,10 +72,11 @@ def test_cluster_json_has_exactly_the_interface_shape(tmp_path: Path) -> None:
     controller = {"node_id": 0, "pid": 11, "listen": "127.0.0.1:30100", "raft_listen": "127.0.0.1:30200",
                   "data_dir": str(tmp_path / "controller-0"), "metrics": "127.0.0.1:30600"}  # fmt: skip
     assert doc["controllers"] == [controller]
-    keys = {"node_id", "pid", "listen", "kafka_listen", "replication_listen", "data_dir", "metrics"}
+    keys = {"node_id", "pid", "listen", "kafka_listen", "replication_listen", "data_listen", "data_dir", "metrics"}
     assert [set(b) for b in doc["brokers"]] == [keys] * 2
     assert [b["kafka_listen"] for b in doc["brokers"]] == ["127.0.0.1:30300", "127.0.0.1:30301"]
     assert [b["replication_listen"] for b in doc["brokers"]] == ["127.0.0.1:30700", "127.0.0.1:30701"]
+    assert [b["data_listen"] for b in doc["brokers"]] == ["127.0.0.1:30800", "127.0.0.1:30801"]
     assert [b["pid"] for b in doc["brokers"]] == [12, 13]
     assert [b["metrics"] for b in doc["brokers"]] == ["127.0.0.1:30500", "127.0.0.1:30501"]
     assert not list(tmp_path.glob(".cluster.json*")), "the temporary file is renamed into place"
@@ -141,7 +143,8 @@ def test_children_get_the_interface_flags(tmp_path: Path) -> None:
     assert broker[3] == "broker"
     assert dict(zip(broker[4::2], broker[5::2], strict=True)) == {
         "--node-id": "0",
-        "--listen": "PLAINTEXT://127.0.0.1:30000,KAFKA://127.0.0.1:30300,REPLICATION://127.0.0.1:30700",
+        "--listen": "PLAINTEXT://127.0.0.1:30000,KAFKA://127.0.0.1:30300,REPLICATION://127.0.0.1:30700,"
+        "DATA://127.0.0.1:30800",
         "--data-dir": str(tmp_path / "broker-0"),
         "--controllers": "127.0.0.1:30100,127.0.0.1:30101,127.0.0.1:30102", "--metrics-listen": "127.0.0.1:30500",
     }  # fmt: skip
@@ -175,3 +178,12 @@ def test_ports_in_use_are_found_and_named(tmp_path: Path) -> None:
         with pytest.raises(CliError, match=rf"already in use: {port} \(broker 0\); .*--base-port"):
             check_ports(plan, [])
     assert ports_in_use([(port, "broker 0")]) == []
+
+
+def test_sasl_ssl_brokers_have_no_data_listener(tmp_path: Path) -> None:
+    """Clients of --security sasl_ssl authenticate by SASL, which the DATA listener has no exchange for."""
+    plan = plan_cluster(str(tmp_path), 1, 2, 9092, security="sasl_ssl")
+    assert [b.data_listen for b in plan.brokers] == ["", ""]
+    assert all(b.internal_listen for b in plan.brokers)
+    ssl_plan = plan_cluster(str(tmp_path), 1, 2, 9092, security="ssl")
+    assert [b.data_listen for b in ssl_plan.brokers] == ["127.0.0.1:9892", "127.0.0.1:9893"]

@@ -73,10 +73,15 @@ def test_up_with_security(mode: str, start_up: Callable[..., UpProcess], env: di
 
     code, _, err = cli("topics", "create", "orders", "--partitions", "2", "--replication-factor", "2")
     assert code == 0, err
+    # with ssl the clients produce and fetch on the brokers' DATA listeners (SSL, by certificate), which a
+    # client that cannot use says on stderr before it falls back to gRPC; sasl_ssl brokers have none
+    assert [bool(b.get("data_listen")) for b in doc["brokers"]] == [mode == "ssl"] * len(doc["brokers"])
     code, _, err = cli("produce", "orders", stdin=b"one\ntwo\nthree\n")
     assert code == 0, err
+    assert "DATA listener" not in err
     code, out, err = cli("consume", "orders", "--from-beginning", "--max-messages", "3", "--timeout-ms", "20000")
     assert code == 0, err
+    assert "DATA listener" not in err
     assert sorted(out.split()) == ["one", "three", "two"]
     # the followers replicate over the brokers' REPLICATION listeners (SSL, certificates, CLUSTER_ACTION)
     links = [b["replication_listen"] for b in doc["brokers"]]

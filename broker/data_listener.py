@@ -1,0 +1,304 @@
+"""The ``DATA`` listener: Odradek's own producers and consumers sending Produce and Fetch as length-prefixed
+frames on plain TCP (the wire is :mod:`common.framing`'s docstring; the client is ``odradek.net.data_link``).
+
+Why: a round trip on a frame costs about a third of the server CPU of a message on a gRPC stream, and well
+under half its wall time (``bench/rpc_floor.py``, docs/LATENCY.md), and an acks=all record crosses the leader
+as several such messages. The messages are the same protobufs, and each request is answered by the coroutine a
+gRPC call reaches (:meth:`BrokerService.Produce <broker.service.BrokerService.Produce>` and ``Fetch``: the same
+appends, long polls, metrics and traces) on the same event loop, the inter-broker gRPC listener's, as the
+``REPLICATION`` listener (:mod:`broker.replication_listener`): a client's append wakes the parked follower
+fetches there, and a follower's report completes the waiting acks=all produces, without a thread switch.
+
+Security, by ``listener.security.protocol.map``, as a gRPC listener of the same protocol: PLAINTEXT is
+``User:ANONYMOUS``; SSL is the client certificate's principal (``ssl.principal.mapping.rules``; ``User:ANONYMOUS``
+without a certificate), and a certificate the rules refuse closes the connection. SASL_PLAINTEXT and SASL_SSL
+are a ConfigError at construction: there is no SASL exchange here (SASL clients produce and fetch on gRPC).
+With an authorizer, each request is checked by its gRPC RPC's rule (``controller/security/rules.py``); a refusal
+answers ERROR ``"<KAFKA_ERROR_CODE>: <message>"`` (the details of a refused gRPC call), changes nothing, and the
+connection stays open. A Fetch with ``replica_id`` other than -1 answers ERROR INVALID_REQUEST: followers fetch
+on ``REPLICATION``.
+
+Pipelining, as :meth:`BrokerService.ProduceStream <broker.service.BrokerService.ProduceStream>`: each request's
+handling starts as soon as it is read (a task each, started in the order they came: the appends of a Produce
+run first and without a pause, so consecutive Produce requests append in order), and the answers are written
+in the order the requests came. At most :data:`MAX_PIPELINED` requests are read and not yet answered per
+connection; beyond that the connection is not read until its oldest request is answered (back-pressure: TCP's
+window then holds the client). A request whose handler fails unexpectedly answers ERROR UNKNOWN_SERVER_ERROR
+after the answers before it, then the connection closes (a gRPC stream ends at its first failing request).
+
+Admission: at most ``max.connections`` connections. A frame over ``socket.request.max.bytes``, an empty one, an
+unknown kind or a message that does not parse closes the connection (nothing of that request ran; answers not
+yet written are dropped), as does ``connections.max.idle.ms`` with no request read and none waiting for its
+answer (a long poll is not idle), or with an answer the client does not read.
+
+Thread-safety: ``start`` and ``stop`` from the broker's thread; everything else runs on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from google.protobuf.message import DecodeError
+
+from broker.context import BrokerContext
+from broker.kafka import security
+from broker.replication_listener import _NoContext
+from common.framing import DATA, ERROR, FETCH, KINDS, OK, PRODUCE, SIZE, split_host_port
+from controller.security.rules import BROKER_RULES, Check
+from metadata.configs import ConfigError
+from proto import broker_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+NAME = DATA
+MAX_PIPELINED = 16  # requests read and not yet answered, per connection
+START_TIMEOUT_S = 10.0
+ANONYMOUS = "User:ANONYMOUS"
+CONSUMER = -1  # the replica_id of a consumer's fetch
+
+_STATUS = {OK: bytes((OK,)), ERROR: bytes((ERROR,))}
+_Answer = tuple[bytes, bool]  # (the answer frame, close the connection after it)
+
+
+def is_data_listener(name: str) -> bool:
+    return name == NAME
+
+
+def answer_frame(status: int, body: bytes) -> bytes:
+    """``status`` and ``body`` as one frame (:func:`common.framing.frame` of ``status + body``, one copy of the
+    body instead of two: a fetch answer may be megabytes)."""
+    return SIZE.pack(len(body) + 1) + _STATUS[status] + body
+
+
+def error_frame(code: str, message: str) -> bytes:
+    return answer_frame(ERROR, f"{code}: {message}".encode())
+
+
+class _Closing(Exception):
+    """What the client sent breaks the wire: the connection closes (logged at INFO)."""
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One client connection's state, used on the loop only."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    who: str  # host:port, for the logs
+    host: str  # for the authorizer's host match
+    principal: str = ANONYMOUS
+    answers: asyncio.Queue[asyncio.Future[_Answer] | None] = field(default_factory=asyncio.Queue)  # in request order
+    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_PIPELINED))
+    pending: int = 0  # requests read and not yet answered
+    idle: asyncio.TimerHandle | None = None  # armed while pending is 0
+
+
+class DataListener:
+    """The ``DATA`` listener named ``name`` on ``listen``, served on ``loop`` by ``service`` (a
+    :class:`~broker.service.BrokerService`; see the module docstring). ``ConfigError`` at construction for a
+    SASL protocol."""
+
+    def __init__(self, ctx: BrokerContext, name: str, listen: str, service: Any, loop: asyncio.AbstractEventLoop):
+        self.ctx = ctx
+        self.name = name
+        self.listen = listen
+        self.protocol = ctx.security.protocol(name)
+        if self.protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            raise ConfigError("listener.security.protocol.map", f"listener {name} is {self.protocol}: the data "
+                              "listener has no SASL exchange, so it must be PLAINTEXT or SSL (clients that "
+                              "authenticate by SASL produce and fetch on their gRPC listener)")  # fmt: skip
+        config = ctx.config
+        self.max_connections = int(config.get("max.connections"))
+        self.max_request_bytes = int(config.get("socket.request.max.bytes"))
+        self.idle_timeout_s = int(config.get("connections.max.idle.ms")) / 1000.0
+        self.tls = security.listener_context(ctx.security, name) if self.protocol == "SSL" else None
+        self._service = service
+        self._loop = loop
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}  # each with its _serve task
+        self.port = 0
+
+    # --- lifecycle (the broker's thread) ------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bind and serve; ``RuntimeError`` when the address cannot be bound."""
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(START_TIMEOUT_S)
+
+    async def _start(self) -> None:
+        host, port = split_host_port(self.listen)
+        try:
+            self._server = await asyncio.start_server(
+                self._serve, host, port, ssl=self.tls, reuse_address=True,
+                ssl_handshake_timeout=self.idle_timeout_s if self.tls is not None else None,
+            )  # fmt: skip
+        except OSError as exc:
+            raise RuntimeError(f"cannot listen on {self.listen}: {exc}") from None
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        """Stop accepting, close every connection and cancel its requests (before the loop stops: the gRPC
+        listener's stop); returns at once when the loop no longer runs (nothing would do the work)."""
+        if self._server is None or self._loop.is_closed() or not self._loop.is_running():
+            return
+        with contextlib.suppress(Exception):  # the loop stopped meanwhile: what it served stopped with it
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(START_TIMEOUT_S)
+
+    async def _stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        connections = list(self._connections.items())
+        for writer, task in connections:
+            writer.transport.abort()
+            task.cancel()  # its requests with it (each connection's task cancels its own)
+        if connections:
+            await asyncio.wait([task for _, task in connections], timeout=START_TIMEOUT_S / 2)
+
+    # --- connections (the loop) ---------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        who = f"{peer[0]}:{peer[1]}"
+        if len(self._connections) >= self.max_connections:
+            logger.warning("broker %d: %s at max.connections=%d, refusing %s", self.ctx.broker_id, self.name,
+                           self.max_connections, peer[0])  # fmt: skip
+            writer.transport.abort()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[writer] = task
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = _Connection(reader, writer, who, str(peer[0]))
+        self._arm_idle(conn)
+        reading: asyncio.Task[bool] | None = None
+        writing: asyncio.Task[None] | None = None
+        try:
+            conn.principal = self._principal(writer)
+            reading = asyncio.ensure_future(self._read(conn))
+            writing = asyncio.ensure_future(self._write(conn))
+            done, _ = await asyncio.wait((reading, writing), return_when=asyncio.FIRST_COMPLETED)
+            if reading in done:
+                if reading.result():  # (its error, if reading failed)
+                    await writing  # the client finished sending: answer what it sent, then close
+            else:
+                writing.result()  # its error, or it wrote an answer that closes the connection
+        except _Closing as exc:
+            logger.info("data listener: closing %s: %s", who, exc)
+        except ssl.SSLError as exc:  # the principal mapping rules refuse the certificate (or TLS failed)
+            logger.info("data listener: closing %s: %s", who, exc)
+        except (asyncio.IncompleteReadError, OSError) as exc:  # the peer closed, idled out, reset
+            logger.debug("data listener: connection from %s ended: %r", who, exc)
+        except Exception:
+            logger.exception("broker %d: data listener: the connection from %s failed", self.ctx.broker_id, who)
+        except asyncio.CancelledError:  # stop(): end quietly (3.11's start_server logs a connection task that
+            pass  # ends cancelled as an unhandled error)
+        finally:
+            if conn.idle is not None:
+                conn.idle.cancel()
+            self._connections.pop(writer, None)
+            writer.transport.abort()
+            for side in (reading, writing):
+                if side is not None:
+                    side.cancel()
+            while not conn.answers.empty():  # closed early: the requests still running have no one to answer
+                left = conn.answers.get_nowait()
+                if left is not None:
+                    left.cancel()
+
+    def _principal(self, writer: asyncio.StreamWriter) -> str:
+        """The connection's principal: its client certificate's under TLS (``ssl.SSLError`` when the mapping
+        rules refuse it), else ``User:ANONYMOUS``."""
+        ssl_object = writer.get_extra_info("ssl_object")
+        if ssl_object is None:
+            return ANONYMOUS
+        return security.certificate_principal(ssl_object, self.ctx.security.principal_mapper)
+
+    def _arm_idle(self, conn: _Connection) -> None:
+        conn.idle = self._loop.call_later(self.idle_timeout_s, conn.writer.transport.abort)
+
+    async def _read(self, conn: _Connection) -> bool:
+        """Read requests and start each one's handling, in order, until the client closes (True: it closed at
+        a frame's end, its requests are still answered). ``_Closing`` on a frame that breaks the wire."""
+        reader = conn.reader
+        while True:
+            await conn.slots.acquire()  # back-pressure: read no further until the oldest is answered
+            try:
+                head = await reader.readexactly(SIZE.size)
+            except asyncio.IncompleteReadError as exc:
+                if exc.partial:
+                    raise
+                conn.answers.put_nowait(None)
+                return True
+            (size,) = SIZE.unpack(head)
+            if size == 0 or size > self.max_request_bytes:
+                raise _Closing(f"a request of {size} bytes (socket.request.max.bytes is {self.max_request_bytes})")
+            payload = memoryview(await reader.readexactly(size))
+            kind, message = payload[0], cast(bytes, payload[1:])  # protobuf parses any buffer: no copy
+            request: pb.ProduceRequest | pb.FetchRequest
+            try:
+                if kind == PRODUCE:
+                    request = pb.ProduceRequest.FromString(message)
+                elif kind == FETCH:
+                    request = pb.FetchRequest.FromString(message)
+                else:
+                    raise _Closing(f"a request of unknown kind {kind}")
+            except DecodeError as exc:
+                raise _Closing(f"a {KINDS[kind]} request that does not parse: {exc}") from None
+            if conn.idle is not None:
+                conn.idle.cancel()
+                conn.idle = None
+            conn.pending += 1
+            # started now, in the order read: a Produce's appends run before the next request's (ProduceStream)
+            conn.answers.put_nowait(asyncio.ensure_future(self._handle(kind, request, conn)))
+
+    async def _write(self, conn: _Connection) -> None:
+        """Write the answers in request order until the reader's end (None) or an answer that closes."""
+        transport = conn.writer.transport
+        while (answer := await conn.answers.get()) is not None:
+            data, close = await answer
+            if transport.is_closing():
+                return  # aborted (idle, stop) or lost: no one to answer
+            conn.writer.write(data)
+            if transport.get_write_buffer_size() > 0:  # the kernel did not take it all: drain can block
+                stalled = self._loop.call_later(self.idle_timeout_s, transport.abort)  # an answer not read
+                try:
+                    await conn.writer.drain()
+                finally:
+                    stalled.cancel()
+            if close:
+                return
+            conn.pending -= 1
+            conn.slots.release()
+            if conn.pending == 0:
+                self._arm_idle(conn)
+
+    async def _handle(self, kind: int, request: Any, conn: _Connection) -> _Answer:
+        """One request's answer frame; an unexpected error answers UNKNOWN_SERVER_ERROR and closes."""
+        try:
+            if kind == FETCH and request.replica_id != CONSUMER:
+                return error_frame("INVALID_REQUEST", "the DATA listener serves consumers' fetches only "
+                                   f"(replica_id -1), got replica_id {request.replica_id}: followers fetch on "
+                                   "the REPLICATION listener"), False  # fmt: skip
+            guard = self.ctx.guard
+            if guard is not None and guard.authorizer is not None:
+                check = Check(guard.authorizer.current(), conn.principal, conn.host)
+                denial = BROKER_RULES[KINDS[kind]](request, check)
+                if denial is not None:
+                    return error_frame(denial.code, denial.message), False
+            if kind == PRODUCE:
+                response = await self._service.Produce(request, _NoContext())
+            else:
+                response = await self._service.Fetch(request, _NoContext())
+            return answer_frame(OK, response.SerializeToString()), False
+        except Exception as exc:
+            logger.exception("broker %d: data listener: a %s from %s failed", self.ctx.broker_id, KINDS[kind],
+                             conn.who)  # fmt: skip
+            return error_frame("UNKNOWN_SERVER_ERROR", f"unexpected error: {exc!r}"), True

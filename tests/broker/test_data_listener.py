@@ -1,0 +1,584 @@
+"""The broker's ``DATA`` listener (``broker/data_listener.py``) on real sockets, its loop in a thread, with a
+scripted service in place of the BrokerService: answers in request order with the appends in request order,
+back-pressure at MAX_PIPELINED, the refusals that keep the connection (a follower's fetch, the authorizer) and
+the ones that close it (a frame that breaks the wire, a failing handler, idleness, max.connections, stop), the
+principal under SSL, and the start-up refusal of SASL protocols."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from broker.config import BrokerConfig
+from broker.data_listener import MAX_PIPELINED, NAME, DataListener, is_data_listener
+from common.framing import ERROR, FETCH, OK, PRODUCE, SIZE, frame, recv_exactly
+from controller.security.authorizer import Authorizer
+from controller.security.interceptor import AuthorizerCache
+from controller.security.principal_rules import PrincipalMapper
+from controller.security.settings import NodeSecurity
+from metadata.acl import AccessControlEntry, AclBinding, AclOperation, AclPermissionType, PatternType
+from metadata.acl import ResourcePattern as P
+from metadata.acl import ResourceType as Rt
+from metadata.configs import ConfigError
+from odradek.security.certs import CertificateAuthority
+from proto import broker_pb2 as pb
+
+WAIT_S = 5.0  # the bound of every wait for something that must happen
+QUIET_S = 0.3  # how long something that must not happen is given to happen
+
+
+# ------------------------------------------------------------------------------------------- the service
+
+
+class ScriptedService:
+    """Produce and Fetch as a test scripts them, on the listener's loop. A Produce "appends" before its
+    first pause (as the real one): its base offset is the number of Produce calls before it. A topic in
+    ``held`` waits for :meth:`release`; one in ``failing`` raises."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._changed = threading.Condition()
+        self.seen: list[tuple[str, str]] = []  # (rpc, topic) in the order the handlers were called
+        self.finished: list[str] = []  # topics whose handler returned, in that order
+        self.cancelled: list[str] = []  # topics whose handler was cancelled while held
+        self.held: dict[str, asyncio.Event] = {}
+        self.failing: set[str] = set()
+        self.sizes: dict[str, int] = {}  # topic -> the bytes of records its fetch answers
+
+    def hold(self, *topics: str) -> None:
+        for topic in topics:
+            self.held[topic] = asyncio.Event()
+
+    def release(self, *topics: str) -> None:
+        for topic in topics:
+            self._loop.call_soon_threadsafe(self.held[topic].set)
+
+    def wait_for(self, done: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
+        with self._changed:
+            return self._changed.wait_for(done, timeout_s)
+
+    def _note(self, what: list[Any], item: Any) -> None:
+        with self._changed:
+            what.append(item)
+            self._changed.notify_all()
+
+    async def _run(self, topic: str) -> None:
+        event = self.held.get(topic)
+        if event is not None:
+            try:
+                await event.wait()
+            except asyncio.CancelledError:
+                self._note(self.cancelled, topic)
+                raise
+        if topic in self.failing:
+            raise RuntimeError(f"{topic} failed")
+        self._note(self.finished, topic)
+
+    async def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
+        topic = request.topics[0].name
+        offset = sum(1 for rpc, _ in self.seen if rpc == "Produce")
+        self._note(self.seen, ("Produce", topic))
+        await self._run(topic)
+        response = pb.ProduceResponse()
+        response.topics.add(name=topic).partitions.add(partition=0, base_offset=offset)
+        return response
+
+    async def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
+        topic = request.topics[0].name
+        self._note(self.seen, ("Fetch", topic))
+        await self._run(topic)
+        response = pb.FetchResponse()
+        records = b"r" * self.sizes.get(topic, 0)
+        response.topics.add(name=topic).partitions.add(partition=0, high_watermark=42, records=records)
+        return response
+
+
+def produce(topic: str) -> pb.ProduceRequest:
+    request = pb.ProduceRequest(acks=-1, timeout_ms=1000)
+    request.topics.add(name=topic).partitions.add(partition=0, records=b"records of " + topic.encode())
+    return request
+
+
+def fetch(topic: str, replica_id: int = -1) -> pb.FetchRequest:
+    request = pb.FetchRequest(replica_id=replica_id, max_wait_ms=500)
+    request.topics.add(name=topic).partitions.add(partition=0, fetch_offset=0)
+    return request
+
+
+# ------------------------------------------------------------------------------------------- the client
+
+
+class Client:
+    """A client connection speaking the DATA wire (``common.framing``) with blocking calls, each bounded."""
+
+    def __init__(self, port: int, tls: ssl.SSLContext | None = None, receive_buffer: int = 0) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if receive_buffer:  # set before connecting: no autotuning, the window stays that small
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        sock.settimeout(WAIT_S)
+        try:
+            sock.connect(("127.0.0.1", port))
+        except OSError:
+            sock.close()
+            raise
+        self.sock = tls.wrap_socket(sock, server_hostname="127.0.0.1") if tls is not None else sock
+
+    def send(self, kind: int, message: pb.ProduceRequest | pb.FetchRequest) -> None:
+        self.sock.sendall(frame(bytes((kind,)) + message.SerializeToString()))
+
+    def answer(self) -> tuple[int, bytes]:
+        """The next answer: (status, body); fails when the listener closed the connection instead."""
+        deadline = time.monotonic() + WAIT_S
+        head = recv_exactly(self.sock, SIZE.size, deadline)
+        assert head is not None, "the listener closed the connection"
+        payload = recv_exactly(self.sock, SIZE.unpack(head)[0], deadline)
+        assert payload  # at least the status byte
+        return payload[0], bytes(payload[1:])
+
+    def produced(self) -> pb.ProduceResponse:
+        status, body = self.answer()
+        assert status == OK, body
+        return pb.ProduceResponse.FromString(body)
+
+    def refused(self) -> str:
+        status, body = self.answer()
+        assert status == ERROR
+        return body.decode()
+
+    def closed(self, timeout_s: float = WAIT_S) -> bool:
+        """True when the listener closes the connection within ``timeout_s`` (with nothing more sent)."""
+        self.sock.settimeout(timeout_s)
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionResetError, ssl.SSLError):  # closed with unread data / without TLS close_notify
+            return True
+        except TimeoutError:
+            return False
+
+    def nothing_yet(self) -> bool:
+        """True when no answer byte has arrived (and the connection is open)."""
+        self.sock.setblocking(False)
+        try:
+            self.sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, ssl.SSLWantReadError):
+            return True
+        finally:
+            self.sock.settimeout(WAIT_S)
+        return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def offsets(response: pb.ProduceResponse) -> list[tuple[str, int]]:
+    return [(t.name, p.base_offset) for t in response.topics for p in t.partitions]
+
+
+# ------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop running in a thread, as the gRPC listener's the DATA listener serves on."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="test-data-loop", daemon=True)
+    thread.start()
+
+    async def cancel_the_rest() -> None:
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        if rest:
+            await asyncio.wait(rest, timeout=WAIT_S)
+
+    try:
+        yield loop
+    finally:
+        asyncio.run_coroutine_threadsafe(cancel_the_rest(), loop).result(WAIT_S * 2)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(WAIT_S)
+        loop.close()
+
+
+@dataclass
+class Served:
+    listener: DataListener
+    service: ScriptedService
+    clients: list[Client]
+
+    def connect(self, tls: ssl.SSLContext | None = None, receive_buffer: int = 0) -> Client:
+        client = Client(self.listener.port, tls, receive_buffer)
+        self.clients.append(client)
+        return client
+
+
+Serve = Callable[..., Served]
+
+
+def acl(principal: str, op: AclOperation, topic: str) -> AclBinding:
+    return AclBinding(P(Rt.TOPIC, topic, PatternType.LITERAL),
+                      AccessControlEntry(principal, "*", op, AclPermissionType.ALLOW))  # fmt: skip
+
+
+def guard_with(*bindings: AclBinding) -> SimpleNamespace:
+    """A node guard whose authorizer is a real one over ``bindings`` (as the broker's, by its image's ACLs)."""
+    image: Any = SimpleNamespace(acls=dict(enumerate(bindings)))  # a metadata image, as far as the cache reads it
+    return SimpleNamespace(authorizer=AuthorizerCache(lambda: image, Authorizer()))
+
+
+@pytest.fixture
+def serve(loop: asyncio.AbstractEventLoop) -> Iterator[Serve]:
+    """Starts DATA listeners on free ports of 127.0.0.1 with ``props`` (broker config), ``guard`` and
+    ``security``; stops them (and closes their clients) after the test."""
+    started: list[Served] = []
+
+    def start(props: Mapping[str, str] | None = None, guard: Any = None, security: Any = None) -> Served:
+        service = ScriptedService(loop)
+        ctx = SimpleNamespace(broker_id=0, config=BrokerConfig.from_props(props or {}), guard=guard,
+                              security=security or NodeSecurity())  # fmt: skip
+        listener = DataListener(ctx, NAME, "127.0.0.1:0", service, loop)  # type: ignore[arg-type]
+        listener.start()
+        served = Served(listener, service, [])
+        started.append(served)
+        return served
+
+    try:
+        yield start
+    finally:
+        for served in started:
+            served.listener.stop()
+            for client in served.clients:
+                client.close()
+
+
+# ------------------------------------------------------------------------------------------- answers
+
+
+def test_produce_and_fetch_are_answered(serve: Serve) -> None:
+    served = serve()
+    client = served.connect()
+    client.send(PRODUCE, produce("t"))
+    assert offsets(client.produced()) == [("t", 0)]
+    client.send(FETCH, fetch("t"))
+    status, body = client.answer()
+    assert status == OK
+    answer = pb.FetchResponse.FromString(body)
+    assert [(t.name, t.partitions[0].high_watermark) for t in answer.topics] == [("t", 42)]
+    assert served.service.seen == [("Produce", "t"), ("Fetch", "t")]
+    assert is_data_listener("DATA")
+    assert not is_data_listener("REPLICATION")
+
+
+def test_pipelined_requests_append_in_order_and_are_answered_in_order(serve: Serve) -> None:
+    served = serve()
+    service = served.service
+    service.hold("slow")
+    client = served.connect()
+    client.send(PRODUCE, produce("slow"))
+    client.send(PRODUCE, produce("fast"))
+    assert service.wait_for(lambda: service.finished == ["fast"])  # the second is done, the first held
+    assert service.seen == [("Produce", "slow"), ("Produce", "fast")]  # appended in the order sent
+    assert client.nothing_yet()  # the second's answer waits for the first's
+    service.release("slow")
+    assert offsets(client.produced()) == [("slow", 0)]
+    assert offsets(client.produced()) == [("fast", 1)]
+
+
+def test_beyond_max_pipelined_the_connection_is_not_read_until_the_oldest_is_answered(serve: Serve) -> None:
+    served = serve()
+    service = served.service
+    topics = [f"p{i}" for i in range(MAX_PIPELINED + 1)]
+    service.hold(*topics)
+    client = served.connect()
+    for topic in topics:
+        client.send(PRODUCE, produce(topic))
+    assert service.wait_for(lambda: len(service.seen) == MAX_PIPELINED)
+    assert not service.wait_for(lambda: len(service.seen) > MAX_PIPELINED, QUIET_S)  # the 17th is not read
+    service.release(topics[1])  # answered only after the oldest: still nothing read
+    assert service.wait_for(lambda: service.finished == [topics[1]])
+    assert not service.wait_for(lambda: len(service.seen) > MAX_PIPELINED, QUIET_S)
+    service.release(topics[0])
+    assert offsets(client.produced()) == [(topics[0], 0)]
+    assert service.wait_for(lambda: len(service.seen) == MAX_PIPELINED + 1)  # one answered: the 17th is read
+    assert service.seen[-1] == ("Produce", topics[-1])
+    service.release(*topics[2:])
+    assert [offsets(client.produced()) for _ in topics[1:]] == [[(t, i + 1)] for i, t in enumerate(topics[1:])]
+
+
+# ------------------------------------------------------------------------------- refusals that keep the connection
+
+
+def test_a_followers_fetch_is_refused_and_the_connection_goes_on(serve: Serve) -> None:
+    served = serve()
+    client = served.connect()
+    client.send(FETCH, fetch("t", replica_id=0))
+    refusal = client.refused()
+    assert refusal.startswith("INVALID_REQUEST: ")
+    assert "replica_id 0" in refusal
+    assert "REPLICATION" in refusal
+    client.send(PRODUCE, produce("t"))
+    assert offsets(client.produced()) == [("t", 0)]
+    assert served.service.seen == [("Produce", "t")]  # the follower's fetch never reached the service
+
+
+def test_the_authorizer_refuses_a_request_and_the_connection_goes_on(serve: Serve) -> None:
+    served = serve(guard=guard_with(acl("User:ANONYMOUS", AclOperation.WRITE, "t")))
+    client = served.connect()
+    client.send(PRODUCE, produce("secret"))
+    assert client.refused() == "TOPIC_AUTHORIZATION_FAILED: User:ANONYMOUS is not authorized to WRITE TOPIC 'secret'"
+    client.send(PRODUCE, produce("t"))
+    assert offsets(client.produced()) == [("t", 0)]
+    client.send(FETCH, fetch("t"))  # WRITE does not allow READ
+    assert client.refused() == "TOPIC_AUTHORIZATION_FAILED: User:ANONYMOUS is not authorized to READ TOPIC 't'"
+    assert served.service.seen == [("Produce", "t")]
+
+
+# ------------------------------------------------------------------------------------------- what closes it
+
+
+@pytest.mark.parametrize(
+    ("what", "data"),
+    [
+        ("unknown kind", frame(bytes((7,)) + produce("t").SerializeToString())),
+        ("garbage protobuf", frame(bytes((PRODUCE,)) + b"\xff\xff\xff\xff")),
+        ("garbage fetch", frame(bytes((FETCH,)) + b"\x0a\x05ab")),
+        ("empty frame", frame(b"")),
+        ("over socket.request.max.bytes", SIZE.pack(1025)),  # the head alone: nothing more is read
+    ],
+)
+def test_a_frame_that_breaks_the_wire_closes_the_connection(
+    serve: Serve, caplog: pytest.LogCaptureFixture, what: str, data: bytes
+) -> None:
+    caplog.set_level(logging.INFO, logger="broker.data_listener")
+    served = serve({"socket.request.max.bytes": "1024"})
+    client = served.connect()
+    client.sock.sendall(data)
+    assert client.closed()
+    assert served.service.seen == []
+    assert any(r.levelno == logging.INFO and "closing" in r.getMessage() for r in caplog.records)
+
+
+def test_a_request_just_under_the_limit_is_served(serve: Serve) -> None:
+    served = serve({"socket.request.max.bytes": "1024"})
+    request = produce("t")
+    while len(request.SerializeToString()) + 1 < 1024:  # the kind byte and the message: 1024 bytes exactly
+        request.topics[0].partitions[0].records += b"x"
+    assert len(request.SerializeToString()) + 1 == 1024
+    client = served.connect()
+    client.send(PRODUCE, request)
+    assert offsets(client.produced()) == [("t", 0)]
+
+
+def test_a_failing_handler_answers_unknown_server_error_after_the_earlier_answers_then_closes(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    served = serve()
+    service = served.service
+    service.hold("first")
+    service.failing.add("boom")
+    client = served.connect()
+    client.send(PRODUCE, produce("first"))
+    client.send(PRODUCE, produce("boom"))
+    assert service.wait_for(lambda: len(service.seen) == 2)
+    service.release("first")
+    assert offsets(client.produced()) == [("first", 0)]
+    assert client.refused() == "UNKNOWN_SERVER_ERROR: unexpected error: RuntimeError('boom failed')"
+    assert client.closed()
+    failures = [r for r in caplog.records if r.levelno == logging.ERROR and r.exc_info is not None]
+    assert failures
+    assert "data listener" in failures[0].getMessage()
+
+
+def test_an_idle_connection_is_closed_but_not_while_a_long_poll_waits(serve: Serve) -> None:
+    served = serve({"connections.max.idle.ms": "300"})
+    service = served.service
+    service.hold("t", "long")
+    client = served.connect()
+    client.send(PRODUCE, produce("t"))
+    client.send(FETCH, fetch("long"))
+    assert service.wait_for(lambda: service.seen == [("Produce", "t"), ("Fetch", "long")])
+    service.release("t")
+    assert offsets(client.produced()) == [("t", 0)]  # answered, with the fetch still waiting
+    assert not client.closed(3 * QUIET_S)  # a request waiting for its answer: not idle
+    service.release("long")
+    status, _ = client.answer()
+    assert status == OK
+    started = time.monotonic()
+    assert client.closed()  # then nothing for connections.max.idle.ms
+    assert 0.2 <= time.monotonic() - started < WAIT_S
+
+
+def test_an_answer_the_client_does_not_read_closes_the_connection(serve: Serve) -> None:
+    size = 8 << 20  # over what the kernel buffers between the two sockets (a 64 KiB receive window)
+    served = serve({"connections.max.idle.ms": "300"})
+    served.service.sizes["big"] = size
+    client = served.connect(receive_buffer=64 << 10)
+    client.send(FETCH, fetch("big"))
+    assert served.service.wait_for(lambda: served.service.finished == ["big"])
+    time.sleep(3 * 0.3)  # the answer unread for three times connections.max.idle.ms
+    received = 0
+    client.sock.settimeout(WAIT_S)
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := client.sock.recv(1 << 20):
+            received += len(chunk)
+    assert received < size  # closed with the answer cut short
+
+
+def test_a_client_that_stops_sending_still_gets_its_answers(serve: Serve) -> None:
+    served = serve()
+    service = served.service
+    service.hold("slow")
+    client = served.connect()
+    client.send(PRODUCE, produce("slow"))
+    client.send(PRODUCE, produce("fast"))
+    client.sock.shutdown(socket.SHUT_WR)  # done sending: the listener reads the end of the stream
+    assert service.wait_for(lambda: service.finished == ["fast"])
+    service.release("slow")
+    assert offsets(client.produced()) == [("slow", 0)]
+    assert offsets(client.produced()) == [("fast", 1)]
+    assert client.closed()
+
+
+def test_an_idle_connection_that_never_sent_anything_is_closed(serve: Serve) -> None:
+    served = serve({"connections.max.idle.ms": "200"})
+    assert served.connect().closed()
+
+
+def test_connections_beyond_max_connections_are_refused(serve: Serve, caplog: pytest.LogCaptureFixture) -> None:
+    served = serve({"max.connections": "1"})
+    first = served.connect()
+    first.send(PRODUCE, produce("t"))
+    assert offsets(first.produced()) == [("t", 0)]  # connected and counted
+    second = served.connect()
+    assert second.closed()
+    assert any(r.levelno == logging.WARNING and "max.connections=1" in r.getMessage() for r in caplog.records)
+    first.send(PRODUCE, produce("t"))
+    assert offsets(first.produced()) == [("t", 1)]  # the first one goes on
+
+
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_sasl_protocols_are_refused_at_construction(protocol: str) -> None:
+    ctx = SimpleNamespace(security=SimpleNamespace(protocol=lambda name: protocol))
+    with pytest.raises(ConfigError, match=f"listener DATA is {protocol}: the data listener has no SASL") as raised:
+        DataListener(ctx, NAME, "127.0.0.1:0", None, None)  # type: ignore[arg-type]
+    assert raised.value.key == "listener.security.protocol.map"
+
+
+def test_stop_closes_open_connections_and_cancels_their_requests(serve: Serve) -> None:
+    served = serve()
+    service = served.service
+    service.hold("long")
+    client, idle = served.connect(), served.connect()
+    client.send(FETCH, fetch("long"))
+    assert service.wait_for(lambda: service.seen == [("Fetch", "long")])
+    served.listener.stop()
+    assert client.closed()
+    assert idle.closed()
+    assert service.wait_for(lambda: service.cancelled == ["long"])
+    with pytest.raises(ConnectionRefusedError):
+        Client(served.listener.port)  # no longer accepting
+
+
+def test_stop_returns_at_once_when_the_loop_does_not_run() -> None:
+    loop = asyncio.new_event_loop()
+
+    def run() -> threading.Thread:
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        return thread
+
+    thread = run()
+    ctx = SimpleNamespace(broker_id=0, config=BrokerConfig.from_props({}), guard=None, security=NodeSecurity())
+    listener = DataListener(ctx, NAME, "127.0.0.1:0", ScriptedService(loop), loop)  # type: ignore[arg-type]
+    try:
+        listener.start()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(WAIT_S)
+        started = time.monotonic()
+        listener.stop()  # stopped: nothing would run it
+        assert time.monotonic() - started < 1.0
+        thread = run()
+        listener.stop()  # running again: it stops for real
+        with pytest.raises(ConnectionRefusedError):
+            Client(listener.port)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(WAIT_S)
+        loop.close()
+    started = time.monotonic()
+    listener.stop()  # closed
+    assert time.monotonic() - started < 1.0
+
+
+# ------------------------------------------------------------------------------------------- SSL
+
+
+@dataclass
+class Tls:
+    ca: CertificateAuthority
+    node_key: bytes
+    node_chain: bytes
+    alice: tuple[Path, Path]  # a client certificate CN=alice, and its key
+
+    def security(self, *, client_auth: bool, rules: str = "DEFAULT") -> NodeSecurity:
+        return NodeSecurity(protocol_map={NAME: "SSL"}, protocol_map_given=True, key_pem=self.node_key,
+                            cert_chain_pem=self.node_chain, truststore_pem=self.ca.cert_pem,
+                            client_auth_required=client_auth,
+                            principal_mapper=PrincipalMapper.from_config(rules))  # fmt: skip
+
+    def client(self, *, cert: bool) -> ssl.SSLContext:
+        context = ssl.create_default_context(cadata=self.ca.cert_pem.decode("ascii"))
+        if cert:
+            context.load_cert_chain(*self.alice)
+        return context
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
+    root = tmp_path_factory.mktemp("tls")
+    ca = CertificateAuthority.create()
+    node, alice = ca.issue("node"), ca.issue("alice")
+    (root / "alice.pem").write_bytes(alice.cert_pem)
+    (root / "alice.key").write_bytes(alice.key_pem)
+    return Tls(ca, node.key_pem, node.cert_pem, (root / "alice.pem", root / "alice.key"))
+
+
+def test_under_ssl_the_principal_is_the_client_certificates(serve: Serve, tls: Tls) -> None:
+    served = serve(security=tls.security(client_auth=True),
+                   guard=guard_with(acl("User:CN=alice", AclOperation.WRITE, "t")))  # fmt: skip
+    client = served.connect(tls.client(cert=True))
+    client.send(PRODUCE, produce("t"))
+    assert offsets(client.produced()) == [("t", 0)]
+    client.send(PRODUCE, produce("secret"))
+    assert client.refused() == "TOPIC_AUTHORIZATION_FAILED: User:CN=alice is not authorized to WRITE TOPIC 'secret'"
+
+
+def test_under_ssl_without_a_client_certificate_the_principal_is_anonymous(serve: Serve, tls: Tls) -> None:
+    served = serve(security=tls.security(client_auth=False),
+                   guard=guard_with(acl("User:CN=alice", AclOperation.WRITE, "t")))  # fmt: skip
+    client = served.connect(tls.client(cert=False))
+    client.send(PRODUCE, produce("t"))
+    assert client.refused() == "TOPIC_AUTHORIZATION_FAILED: User:ANONYMOUS is not authorized to WRITE TOPIC 't'"
+
+
+def test_under_ssl_a_certificate_the_mapping_rules_refuse_closes_the_connection(
+    serve: Serve, tls: Tls, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="broker.data_listener")
+    served = serve(security=tls.security(client_auth=True, rules="RULE:^CN=bob$/bob/"))
+    client = served.connect(tls.client(cert=True))
+    assert client.closed()
+    assert served.service.seen == []
+    assert any("no rule of ssl.principal.mapping.rules" in r.getMessage() for r in caplog.records)
