@@ -47,9 +47,8 @@ from typing import Any, cast
 from google.protobuf.message import DecodeError
 
 from broker.context import BrokerContext
-from broker.kafka import security
-from broker.replication_listener import _NoContext
-from common.framing import DATA, ERROR, FETCH, KINDS, OK, PRODUCE, SIZE, split_host_port
+from broker.loop_listener import ANONYMOUS, START_TIMEOUT_S, LoopListener, NoContext
+from common.framing import DATA, ERROR, FETCH, KINDS, OK, PRODUCE, SIZE
 from controller.security.rules import BROKER_RULES, Check
 from metadata.configs import ConfigError
 from proto import broker_pb2 as pb
@@ -58,8 +57,6 @@ logger = logging.getLogger(__name__)
 
 NAME = DATA
 MAX_PIPELINED = 16  # requests read and not yet answered, per connection
-START_TIMEOUT_S = 10.0
-ANONYMOUS = "User:ANONYMOUS"
 CONSUMER = -1  # the replica_id of a consumer's fetch
 
 _STATUS = {OK: bytes((OK,)), ERROR: bytes((ERROR,))}
@@ -99,59 +96,22 @@ class _Connection:
     idle: asyncio.TimerHandle | None = None  # armed while pending is 0
 
 
-class DataListener:
+class DataListener(LoopListener):
     """The ``DATA`` listener named ``name`` on ``listen``, served on ``loop`` by ``service`` (a
     :class:`~broker.service.BrokerService`; see the module docstring). ``ConfigError`` at construction for a
     SASL protocol."""
 
     def __init__(self, ctx: BrokerContext, name: str, listen: str, service: Any, loop: asyncio.AbstractEventLoop):
-        self.ctx = ctx
-        self.name = name
-        self.listen = listen
-        self.protocol = ctx.security.protocol(name)
-        if self.protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-            raise ConfigError("listener.security.protocol.map", f"listener {name} is {self.protocol}: the data "
+        protocol = ctx.security.protocol(name)
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            raise ConfigError("listener.security.protocol.map", f"listener {name} is {protocol}: the data "
                               "listener has no SASL exchange, so it must be PLAINTEXT or SSL (clients that "
                               "authenticate by SASL produce and fetch on their gRPC listener)")  # fmt: skip
-        config = ctx.config
-        self.max_connections = int(config.get("max.connections"))
-        self.max_request_bytes = int(config.get("socket.request.max.bytes"))
-        self.idle_timeout_s = int(config.get("connections.max.idle.ms")) / 1000.0
-        self.tls = security.listener_context(ctx.security, name) if self.protocol == "SSL" else None
-        self._service = service
-        self._loop = loop
-        self._server: asyncio.AbstractServer | None = None
+        super().__init__(ctx, name, listen, service, loop, tls=protocol == "SSL")
+        self.protocol = protocol
         self._connections: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}  # each with its _serve task
-        self.port = 0
 
-    # --- lifecycle (the broker's thread) ------------------------------------------------------------
-
-    def start(self) -> None:
-        """Bind and serve; ``RuntimeError`` when the address cannot be bound."""
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(START_TIMEOUT_S)
-
-    async def _start(self) -> None:
-        host, port = split_host_port(self.listen)
-        try:
-            self._server = await asyncio.start_server(
-                self._serve, host, port, ssl=self.tls, reuse_address=True,
-                ssl_handshake_timeout=self.idle_timeout_s if self.tls is not None else None,
-            )  # fmt: skip
-        except OSError as exc:
-            raise RuntimeError(f"cannot listen on {self.listen}: {exc}") from None
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    def stop(self) -> None:
-        """Stop accepting, close every connection and cancel its requests (before the loop stops: the gRPC
-        listener's stop); returns at once when the loop no longer runs (nothing would do the work)."""
-        if self._server is None or self._loop.is_closed() or not self._loop.is_running():
-            return
-        with contextlib.suppress(Exception):  # the loop stopped meanwhile: what it served stopped with it
-            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(START_TIMEOUT_S)
-
-    async def _stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
+    async def _close_all(self) -> None:
         connections = list(self._connections.items())
         for writer, task in connections:
             writer.transport.abort()
@@ -212,14 +172,6 @@ class DataListener:
                 left = conn.answers.get_nowait()
                 if left is not None:
                     left.cancel()
-
-    def _principal(self, writer: asyncio.StreamWriter) -> str:
-        """The connection's principal: its client certificate's under TLS (``ssl.SSLError`` when the mapping
-        rules refuse it), else ``User:ANONYMOUS``."""
-        ssl_object = writer.get_extra_info("ssl_object")
-        if ssl_object is None:
-            return ANONYMOUS
-        return security.certificate_principal(ssl_object, self.ctx.security.principal_mapper)
 
     def _arm_idle(self, conn: _Connection) -> None:
         conn.idle = self._loop.call_later(self.idle_timeout_s, conn.writer.transport.abort)
@@ -294,9 +246,9 @@ class DataListener:
                 if denial is not None:
                     return error_frame(denial.code, denial.message), False
             if kind == PRODUCE:
-                response = await self._service.Produce(request, _NoContext())
+                response = await self._service.Produce(request, NoContext())
             else:
-                response = await self._service.Fetch(request, _NoContext())
+                response = await self._service.Fetch(request, NoContext())
             return answer_frame(OK, response.SerializeToString()), False
         except Exception as exc:
             logger.exception("broker %d: data listener: a %s from %s failed", self.ctx.broker_id, KINDS[kind],

@@ -1,8 +1,9 @@
 """The ``REPLICATION`` listener: followers' fetches over plain TCP (the wire and the rules are
 :mod:`broker.replication_link`'s docstring).
 
-It is an ``asyncio`` server on the event loop of the broker's inter-broker gRPC listener, and each request is
-answered by that listener's :meth:`BrokerService.Fetch <broker.service.BrokerService.Fetch>` coroutine: the same
+It is an ``asyncio`` server on the event loop of the broker's inter-broker gRPC listener
+(:class:`~broker.loop_listener.LoopListener`), and each request is answered by that listener's
+:meth:`BrokerService.Fetch <broker.service.BrokerService.Fetch>` coroutine: the same
 reads, long poll (a :class:`~controller.long_poll.Wakeup`, no thread held), metrics and ``fe`` trace events
 (``log.trace``) as a gRPC ReplicaFetch message. Being on that loop matters: the Produce requests of clients on
 that listener append there, so an append wakes the parked follower fetches, and a follower's report moves
@@ -27,8 +28,8 @@ from google.protobuf.message import DecodeError
 
 from broker.context import BrokerContext
 from broker.handlers import fetch
-from broker.kafka import security
-from common.framing import SIZE, frame, split_host_port
+from broker.loop_listener import LoopListener, NoContext
+from common.framing import SIZE, frame
 from controller.security.rules import BROKER_RULES, Check
 from metadata.configs import ConfigError
 from proto import broker_pb2 as pb
@@ -36,69 +37,23 @@ from proto import broker_pb2 as pb
 logger = logging.getLogger(__name__)
 
 RULE = "ReplicaFetch"  # each request is checked as a message of the gRPC ReplicaFetch stream
-START_TIMEOUT_S = 10.0
-ANONYMOUS = "User:ANONYMOUS"
 
 
-class _NoContext:
-    """What :meth:`BrokerService.Fetch` gets instead of a gRPC context: its handlers' ``abort`` on an
-    unexpected error, after which the error itself propagates (logged, and the connection closed here)."""
-
-    async def abort(self, _code: object, _details: str) -> None:
-        return None
-
-
-class ReplicationListener:
+class ReplicationListener(LoopListener):
     """The ``REPLICATION`` listener named ``name`` on ``listen``, served on ``loop`` by ``service`` (see the
     module docstring). ``ConfigError`` at construction for SASL_PLAINTEXT (no SASL exchange here)."""
 
     def __init__(self, ctx: BrokerContext, name: str, listen: str, service: Any, loop: asyncio.AbstractEventLoop):
-        self.ctx = ctx
-        self.name = name
-        self.listen = listen
-        self.protocol = ctx.security.protocol(name)
-        if self.protocol == "SASL_PLAINTEXT":
+        protocol = ctx.security.protocol(name)
+        if protocol == "SASL_PLAINTEXT":
             raise ConfigError("listener.security.protocol.map", f"listener {name} is SASL_PLAINTEXT: the replication "
                               "listener authenticates brokers by TLS certificate, so it must be PLAINTEXT, SSL or "
                               "SASL_SSL")  # fmt: skip
-        config = ctx.config
-        self.max_connections = int(config.get("max.connections"))
-        self.max_request_bytes = int(config.get("socket.request.max.bytes"))
-        self.idle_timeout_s = int(config.get("connections.max.idle.ms")) / 1000.0
-        self.tls = security.listener_context(ctx.security, name) if self.protocol in ("SSL", "SASL_SSL") else None
-        self._service = service
-        self._loop = loop
-        self._server: asyncio.AbstractServer | None = None
+        super().__init__(ctx, name, listen, service, loop, tls=protocol in ("SSL", "SASL_SSL"))
+        self.protocol = protocol
         self._writers: set[asyncio.StreamWriter] = set()
-        self.port = 0
 
-    # --- lifecycle (the broker's thread) ------------------------------------------------------------
-
-    def start(self) -> None:
-        """Bind and serve; ``RuntimeError`` when the address cannot be bound."""
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(START_TIMEOUT_S)
-
-    async def _start(self) -> None:
-        host, port = split_host_port(self.listen)
-        try:
-            self._server = await asyncio.start_server(
-                self._serve, host, port, ssl=self.tls, reuse_address=True,
-                ssl_handshake_timeout=self.idle_timeout_s if self.tls is not None else None,
-            )  # fmt: skip
-        except OSError as exc:
-            raise RuntimeError(f"cannot listen on {self.listen}: {exc}") from None
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    def stop(self) -> None:
-        """Stop accepting and close every connection (before the loop stops: the gRPC listener's stop)."""
-        if self._server is None or self._loop.is_closed():
-            return
-        with contextlib.suppress(Exception):  # the loop already stopped: its sockets went with it
-            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(START_TIMEOUT_S)
-
-    async def _stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
+    async def _close_all(self) -> None:
         for writer in list(self._writers):
             writer.transport.abort()
 
@@ -147,14 +102,6 @@ class ReplicationListener:
             self._writers.discard(writer)
             writer.transport.abort()
 
-    def _principal(self, writer: asyncio.StreamWriter) -> str:
-        """The connection's principal: its client certificate's under TLS (``ssl.SSLError`` when the mapping
-        rules refuse it), else ``User:ANONYMOUS``."""
-        ssl_object = writer.get_extra_info("ssl_object")
-        if ssl_object is None:
-            return ANONYMOUS
-        return security.certificate_principal(ssl_object, self.ctx.security.principal_mapper)
-
     async def _answer(self, request: pb.FetchRequest, principal: str, host: str) -> pb.FetchResponse:
         if request.replica_id < 0:
             return fetch.refused(request, "INVALID_REQUEST", "the REPLICATION listener serves follower fetches only "
@@ -165,5 +112,5 @@ class ReplicationListener:
             denial = BROKER_RULES[RULE](request, Check(guard.authorizer.current(), principal, host))
             if denial is not None:
                 return fetch.refused(request, denial.code, denial.message)
-        response: pb.FetchResponse = await self._service.Fetch(request, _NoContext())
+        response: pb.FetchResponse = await self._service.Fetch(request, NoContext())
         return response

@@ -1,0 +1,98 @@
+"""What the ``REPLICATION`` and ``DATA`` listeners share (:mod:`broker.replication_listener`,
+:mod:`broker.data_listener`): an ``asyncio`` server of framed requests (:mod:`common.framing`) on the event loop
+of the broker's inter-broker gRPC listener, whose requests are answered by that listener's
+:class:`~broker.service.BrokerService` coroutines themselves.
+
+The loop matters: appends of clients, follower fetches and consumer fetches then all run on it, so an append
+wakes the parked fetches and a follower's report completes the waiting acks=all produces without a thread
+switch (docs/LATENCY.md). Each listener takes ``max.connections``, ``socket.request.max.bytes`` and
+``connections.max.idle.ms`` from the broker's config, and TLS from ``listener.security.protocol.map`` (the
+principal of a TLS connection is its client certificate's, ``User:ANONYMOUS`` without one or in plaintext).
+
+Thread-safety: ``start`` and ``stop`` from the broker's thread; everything else runs on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from broker.context import BrokerContext
+from broker.kafka import security
+from common.framing import split_host_port
+
+START_TIMEOUT_S = 10.0
+ANONYMOUS = "User:ANONYMOUS"
+
+
+class NoContext:
+    """What a :class:`~broker.service.BrokerService` coroutine gets instead of a gRPC context: its handlers'
+    ``abort`` on an unexpected error, after which the error itself propagates (to the listener, which logs it
+    and answers or closes the connection)."""
+
+    async def abort(self, _code: object, _details: str) -> None:
+        return None
+
+
+class LoopListener:
+    """The listener named ``name`` on ``listen``, served on ``loop`` by ``service``; ``tls``: whether its protocol
+    is TLS. A subclass serves each connection (:meth:`_serve`) and closes them all (:meth:`_close_all`)."""
+
+    def __init__(
+        self, ctx: BrokerContext, name: str, listen: str, service: Any, loop: asyncio.AbstractEventLoop, tls: bool
+    ) -> None:
+        self.ctx = ctx
+        self.name = name
+        self.listen = listen
+        config = ctx.config
+        self.max_connections = int(config.get("max.connections"))
+        self.max_request_bytes = int(config.get("socket.request.max.bytes"))
+        self.idle_timeout_s = int(config.get("connections.max.idle.ms")) / 1000.0
+        self.tls = security.listener_context(ctx.security, name) if tls else None
+        self._service = service
+        self._loop = loop
+        self._server: asyncio.AbstractServer | None = None
+        self.port = 0
+
+    def start(self) -> None:
+        """Bind and serve; ``RuntimeError`` when the address cannot be bound."""
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(START_TIMEOUT_S)
+
+    async def _start(self) -> None:
+        host, port = split_host_port(self.listen)
+        try:
+            self._server = await asyncio.start_server(
+                self._serve, host, port, ssl=self.tls, reuse_address=True,
+                ssl_handshake_timeout=self.idle_timeout_s if self.tls is not None else None,
+            )  # fmt: skip
+        except OSError as exc:
+            raise RuntimeError(f"cannot listen on {self.listen}: {exc}") from None
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        """Stop accepting and close every connection (before the loop stops: the gRPC listener's stop); returns
+        at once when the loop no longer runs (nothing would do the work)."""
+        if self._server is None or self._loop.is_closed() or not self._loop.is_running():
+            return
+        with contextlib.suppress(Exception):  # the loop stopped meanwhile: what it served stopped with it
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(START_TIMEOUT_S)
+
+    async def _stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._close_all()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    async def _close_all(self) -> None:
+        raise NotImplementedError
+
+    def _principal(self, writer: asyncio.StreamWriter) -> str:
+        """The connection's principal: its client certificate's under TLS (``ssl.SSLError`` when the mapping
+        rules refuse it), else ``User:ANONYMOUS``."""
+        ssl_object = writer.get_extra_info("ssl_object")
+        if ssl_object is None:
+            return ANONYMOUS
+        return security.certificate_principal(ssl_object, self.ctx.security.principal_mapper)
