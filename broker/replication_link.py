@@ -43,7 +43,6 @@ import contextlib
 import logging
 import socket
 import ssl
-import tempfile
 import threading
 import time
 from typing import Any
@@ -51,6 +50,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from common.framing import SIZE, frame, recv_exactly, split_host_port
+from common.tls import client_tls_context
 from proto import broker_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -83,18 +83,7 @@ def protocol_of(settings: Any) -> str | None:
 def client_context(settings: Any) -> ssl.SSLContext:
     """A follower's TLS context from the node's settings: trust its truststore (the system's without one),
     present its certificate when it has one (N4: nodes authenticate to each other by certificate)."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    if settings.truststore_pem is not None:
-        context.load_verify_locations(cadata=settings.truststore_pem.decode("ascii"))
-    else:
-        context.load_default_certs()
-    if settings.key_pem is not None and settings.cert_chain_pem is not None:
-        with tempfile.NamedTemporaryFile() as keystore:
-            keystore.write(settings.key_pem + settings.cert_chain_pem)
-            keystore.flush()
-            context.load_cert_chain(keystore.name)
-    return context
+    return client_tls_context(settings.truststore_pem, settings.key_pem, settings.cert_chain_pem)
 
 
 class FollowerLink:

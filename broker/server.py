@@ -56,6 +56,7 @@ from broker import clean_shutdown, replication_link
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.controller_channel import ControllerChannel
+from broker.data_listener import DataListener, is_data_listener
 from broker.group.classic import ClassicConfig
 from broker.group.classic_driver import ClassicCoordinator
 from broker.group.config import GroupConfig
@@ -76,7 +77,6 @@ from broker.txn.coordinator import TransactionCoordinator, TxnConfig
 from broker.txn.peers import BrokerPeers
 from broker.txn.state import TxnMetadata
 from common.clock import Clock, SystemClock
-from common.framing import DATA
 from controller.security.node import NodeGuard
 from controller.security.rules import BROKER_RULES
 from controller.security.settings import NodeSecurity
@@ -251,7 +251,7 @@ class BrokerServer:
                     kafka = KafkaListener(self.ctx, listener.name, listener.listen)
                     kafka.start()
                     self._kafka.append(kafka)
-                elif not is_replication_listener(listener.name) and listener.name != DATA:
+                elif not is_replication_listener(listener.name) and not is_data_listener(listener.name):
                     self._grpc.append(start_grpc_server(self.ctx, listener.listen, listener=listener.name,
                                                         health=self.health, services=services))  # fmt: skip
             for listener in self.options.all_listeners():  # on the inter-broker gRPC listener's event loop
@@ -262,9 +262,7 @@ class BrokerServer:
                     link = ReplicationListener(self.ctx, listener.name, listener.listen, service, server.loop)
                     link.start()
                     self._links.append(link)
-                elif listener.name == DATA:  # the same loop: clients' appends wake the followers' fetches there
-                    from broker.data_listener import DataListener
-
+                elif is_data_listener(listener.name):  # the same loop: clients' appends wake followers' fetches
                     server, service = services[LISTENER]
                     data = DataListener(self.ctx, listener.name, listener.listen, service, server.loop)
                     data.start()

@@ -8,10 +8,10 @@ gRPC takes unencrypted PEM only.
 from __future__ import annotations
 
 import ssl
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common.tls import client_tls_context
 from odradek.errors import ConfigError
 from odradek.security.config import SecurityConfig
 
@@ -60,17 +60,9 @@ def tls_context(security: SecurityConfig) -> ssl.SSLContext | None:
     listener (``odradek.net.data_link``); None: plaintext. The server's name is checked, as gRPC does."""
     if not security.tls:
         return None
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    if security.ca_location:
-        context.load_verify_locations(cadata=_read("ssl.ca.location", security.ca_location).decode("ascii"))
-    else:
-        context.load_default_certs()
+    ca = _read("ssl.ca.location", security.ca_location) if security.ca_location else None
+    key = cert = None
     if security.certificate_location and security.key_location:
         key = _key_pem(security.key_location, security.key_password)
         cert = _read("ssl.certificate.location", security.certificate_location)
-        with tempfile.NamedTemporaryFile() as keystore:  # ssl loads a certificate chain from files only
-            keystore.write(key + b"\n" + cert)
-            keystore.flush()
-            context.load_cert_chain(keystore.name)
-    return context
+    return client_tls_context(ca, key, cert)
