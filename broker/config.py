@@ -25,6 +25,10 @@ of a topic config (``log.segment.bytes``, ``log.retention.ms``, ``message.max.by
                                                                 broker.replication_link) when it has one
                                                                 (their own listener.security.protocol.map
                                                                 must name REPLICATION if it is given)
+    replica.fetch.session.enable                   true         not Kafka's name (Kafka's followers always use
+                                                                fetch sessions, KIP-227): over a REPLICATION
+                                                                listener, followers name only the partitions
+                                                                that changed (broker.fetch_session)
     consumer.fetch.stream.enable                   true         not Kafka's: consumers may send their fetches on
                                                                 one FetchStream per broker; false: the broker
                                                                 answers it UNIMPLEMENTED (unary Fetch calls)
@@ -151,6 +155,7 @@ _BROKER_ONLY = [
     _key("replica.fetch.min.bytes", _INT, "1", 1),
     _key("replica.fetch.stream.enable", _BOOL, "true"),
     _key("replica.fetch.tcp.enable", _BOOL, "true"),
+    _key("replica.fetch.session.enable", _BOOL, "true"),
     _key("consumer.fetch.stream.enable", _BOOL, "true"),
     _key("produce.stream.enable", _BOOL, "true"),
     _key("replica.lag.time.max.ms", _LONG, "30000", 1),

@@ -193,6 +193,7 @@ class Purgatory(Generic[Op]):
         self._reaper_looks_ms = -math.inf
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._listeners: dict[Key, dict[int, Callable[[Key], None]]] = {}
 
     # --- watching --------------------------------------------------------------------------------
 
@@ -229,13 +230,40 @@ class Purgatory(Generic[Op]):
         return op.is_completed
 
     def check_and_complete(self, key: Key) -> int:
-        """Every operation watching ``key`` tries to complete; returns how many did."""
+        """Every operation watching ``key`` tries to complete, then every listener of ``key`` hears of it;
+        returns how many operations completed."""
         with self._cond:
             watching = self._watchers.get(key)
-            if not watching:
-                return 0
-            ops = list(watching.values())
-        return sum(1 for op in ops if op.safe_try_complete())
+            ops = list(watching.values()) if watching else ()
+            heard = self._listeners.get(key)
+            listeners = list(heard.values()) if heard else ()
+        completed = sum(1 for op in ops if op.safe_try_complete())
+        for listener in listeners:
+            try:
+                listener(key)
+            except Exception:  # a bug in a listener: the change itself (an append, a move) must not fail
+                logger.exception("%s purgatory: a listener of %s failed", self.name, key)
+        return completed
+
+    def listen(self, key: Key, token: int, listener: Callable[[Key], None]) -> None:
+        """Call ``listener(key)`` after each :meth:`check_and_complete` of ``key`` until :meth:`unlisten` with
+        the same ``token`` (a fetch session's interest in its partitions: ``broker.fetch_session``). It runs
+        on the thread that made the change, never under this purgatory's lock, and must be short."""
+        with self._cond:
+            self._listeners.setdefault(key, {})[token] = listener
+
+    def listeners(self, key: Key) -> int:
+        """How many listen to ``key`` now."""
+        with self._cond:
+            return len(self._listeners.get(key, ()))
+
+    def unlisten(self, key: Key, token: int) -> None:
+        with self._cond:
+            heard = self._listeners.get(key)
+            if heard is not None:
+                heard.pop(token, None)
+                if not heard:
+                    del self._listeners[key]
 
     def _forget(self, op: DelayedOperation) -> None:
         """A completed operation leaves the watcher lists (called by the operation, never under our lock)."""

@@ -7,7 +7,9 @@ Each thread serves every partition this broker follows from one leader, in two p
    of ``replication.truncation`` (asking again for TR4), never by the high watermark alone;
 2. *fetching* -- one long-polling Fetch (``replica.fetch.wait.max.ms``) for every fetching partition, sent
    on the thread's ReplicaFetch stream (``common.streams``; one unary Fetch call a round with
-   ``replica.fetch.stream.enable=false``); the records are appended as they are (offsets and epochs kept),
+   ``replica.fetch.stream.enable=false``), or on the leader's REPLICATION listener, where the connection is
+   a fetch session (``broker.fetch_session``: only partitions whose fetch state changed are named, and only
+   those with news are answered); the records are appended as they are (offsets and epochs kept),
    the leader's high watermark is taken up to the local log end, and each fetch reports this follower's
    position to the leader (HW4).
 
@@ -42,7 +44,14 @@ from broker.controller_channel import MAX_MESSAGE_BYTES
 from broker.lifecycle import LISTENER
 from broker.log_manager import TopicPartition
 from broker.replica_manager import ReplicaManager
-from broker.replication_link import FollowerLink, LinkError, replication_address
+from broker.replication_link import (
+    SESSION_ERRORS,
+    FollowerLink,
+    FollowerSession,
+    LinkError,
+    forgotten_topics,
+    replication_address,
+)
 from common.streams import LockstepStream
 from controller.security.settings import open_channel
 from log import trace
@@ -100,6 +109,9 @@ class ReplicaFetcherThread:
         self.link_address = link_address
         self.link: FollowerLink | None = None if link_address is None else FollowerLink(
             link_address, link_tls, MAX_MESSAGE_BYTES)  # fmt: skip
+        # the fetch session on that link (broker.fetch_session): only what changed is named
+        self.session = FollowerSession() if self.link is not None and config.get("replica.fetch.session.enable") \
+            else None  # fmt: skip
         self._thread = threading.Thread(target=self._run, name=f"fetcher-{broker_id}-from-{source_id}", daemon=True)
 
     def start(self) -> None:
@@ -214,12 +226,19 @@ class ReplicaFetcherThread:
         work = self._snapshot(truncating=False)
         if not work:
             return False
+        positions = {key: (p.log_end_offset, state.leader_epoch, p.log_start_offset) for key, state, p in work}
+        named, forgotten, session_epoch = list(positions), list[TopicPartition](), 0
+        if self.session is not None and self.link is not None:
+            if not self.link.connected:  # a new connection: a new session, and a full fetch
+                self.session.reset()
+            named, forgotten, session_epoch = self.session.next(positions)
         topics: dict[str, list[pb.FetchPartition]] = {}
-        for (topic, number), state, partition in work:
-            topics.setdefault(topic, []).append(pb.FetchPartition(
-                partition=number, fetch_offset=partition.log_end_offset, current_leader_epoch=state.leader_epoch,
-                partition_max_bytes=int(self._config.get("replica.fetch.max.bytes")),
-                log_start_offset=partition.log_start_offset, last_fetched_epoch=-1,
+        partition_max_bytes = int(self._config.get("replica.fetch.max.bytes"))
+        for key in named:
+            fetch_offset, leader_epoch, log_start_offset = positions[key]
+            topics.setdefault(key[0], []).append(pb.FetchPartition(
+                partition=key[1], fetch_offset=fetch_offset, current_leader_epoch=leader_epoch,
+                partition_max_bytes=partition_max_bytes, log_start_offset=log_start_offset, last_fetched_epoch=-1,
             ))  # fmt: skip
         wait_ms = int(self._config.get("replica.fetch.wait.max.ms"))
         request = pb.FetchRequest(
@@ -227,11 +246,18 @@ class ReplicaFetcherThread:
             min_bytes=int(self._config.get("replica.fetch.min.bytes")),
             max_bytes=int(self._config.get("replica.fetch.response.max.bytes")),
             topics=[pb.FetchTopic(name=name, partitions=parts) for name, parts in topics.items()],
+            session_epoch=session_epoch, forgotten=forgotten_topics(forgotten),
         )  # fmt: skip
         sent_ns = trace.now_ns() if trace.ON else 0
         timeout_s = wait_ms / 1000.0 + RPC_SLACK_S
         if self.link is not None:
-            response = self.link.call(request, timeout_s)
+            response = self.link.call(request, timeout_s)  # a LinkError closes the link: a full fetch next
+            if response.error.code in SESSION_ERRORS and self.session is not None:
+                logger.warning("fetcher %d <- %d: the leader ended the fetch session (%s: %s); starting a new one",
+                               self.broker_id, self.source_id, response.error.code, response.error.message)  # fmt: skip
+                self.session.reset()
+                self._errors += 1
+                return True
         elif self._streaming:
             if self._stream is None:
                 self._stream = LockstepStream(self._stub, self._thread.name)

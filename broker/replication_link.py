@@ -16,7 +16,10 @@ The wire, in lockstep (one request, then its answer; a Kafka connection's order)
     request  := a serialized ``odradek.broker.FetchRequest`` with ``replica_id`` >= 0
     answer   := a serialized ``odradek.broker.FetchResponse``
 
-The server answers each request as the gRPC Fetch does (:func:`broker.handlers.fetch.handle`, on the
+A connection is a fetch session (``broker.fetch_session``, KIP-227): the first request on it is a full fetch
+(``session_epoch`` 0), each next one names only the partitions whose fetch state changed
+(:class:`FollowerSession`, ``replica.fetch.session.enable``), and the answers carry only the partitions with
+news. The server answers each request as the gRPC Fetch does (:func:`broker.handlers.fetch.handle`, on the
 connection's thread: the long poll waits there); it checks each request as the gRPC listeners check a
 ReplicaFetch message (``controller.security.rules``): the claimed broker's epoch (STALE_BROKER_EPOCH) and,
 with an authorizer, CLUSTER_ACTION on the cluster for the connection's principal. A refused request is
@@ -45,6 +48,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -98,6 +102,11 @@ class FollowerLink:
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
         self._closed = False
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open: the next :meth:`call` goes on it (False: it opens a new one)."""
+        return self._sock is not None
 
     def _connect(self, deadline: float) -> socket.socket:
         host, port = split_host_port(self.address)
@@ -168,3 +177,58 @@ def replication_address(image: Any, broker_id: int) -> str | None:
     broker = image.broker(broker_id)
     endpoint = None if broker is None else broker.endpoint(NAME)
     return None if endpoint is None else f"{endpoint.host}:{endpoint.port}"
+
+
+# ------------------------------------------------------------------------------------ fetch sessions
+
+# the follower's side of a fetch session on the link (the leader's, and the rules: broker.fetch_session)
+MAX_EPOCH = 2**31 - 1
+INVALID_FETCH_SESSION_EPOCH = "INVALID_FETCH_SESSION_EPOCH"
+FETCH_SESSION_ID_NOT_FOUND = "FETCH_SESSION_ID_NOT_FOUND"
+SESSION_ERRORS = frozenset({INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_ID_NOT_FOUND})
+TopicPartition = tuple[str, int]
+# what a follower's fetch says of one partition: fetch offset, current leader epoch, log start offset
+Position = tuple[int, int, int]
+
+
+def next_epoch(epoch: int) -> int:
+    """The session epoch after ``epoch`` (1 again after ``MAX_EPOCH``: 0 means a new session)."""
+    return 1 if epoch >= MAX_EPOCH else epoch + 1
+
+
+class FollowerSession:
+    """What a follower named on its current connection to one leader (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._next = 0  # the epoch of the next request; 0: a full fetch
+        self._sent: dict[TopicPartition, Position] = {}
+
+    def reset(self) -> None:
+        """Start over: the next request is a full fetch (a new connection, an error about the session)."""
+        self._next = 0
+        self._sent = {}
+
+    def next(
+        self, positions: Mapping[TopicPartition, Position]
+    ) -> tuple[list[TopicPartition], list[TopicPartition], int]:
+        """The next request for the partitions fetched now (key -> position): ``(named, forgotten, epoch)``.
+        Taken as sent: a request that fails must be followed by :meth:`reset`."""
+        epoch = self._next
+        if epoch == 0:
+            self._sent = {}
+        named = [key for key, position in positions.items() if self._sent.get(key) != position]
+        forgotten = [key for key in self._sent if key not in positions]
+        for key in forgotten:
+            del self._sent[key]
+        for key in named:
+            self._sent[key] = positions[key]
+        self._next = next_epoch(epoch)
+        return named, forgotten, epoch
+
+
+def forgotten_topics(keys: list[TopicPartition]) -> list[Any]:
+    """``keys`` as the FetchRequest's ``forgotten`` field."""
+    by_topic: dict[str, list[pb.FetchPartition]] = {}
+    for topic, number in keys:
+        by_topic.setdefault(topic, []).append(pb.FetchPartition(partition=number))
+    return [pb.FetchTopic(name=name, partitions=parts) for name, parts in by_topic.items()]

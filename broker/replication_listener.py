@@ -10,6 +10,10 @@ that listener append there, so an append wakes the parked follower fetches, and 
 the high watermark and completes the waiting acks=all produces, without a thread switch (measured in
 docs/LATENCY.md: a thread per connection cost each of those hand-offs ~0.1 ms).
 
+Each connection holds a fetch session (:class:`~broker.fetch_session.LeaderSession`): a request is taken into
+it and answered for the whole session, which decides what is read and how the fetch waits; an epoch out of
+order is answered with the session error alone (the follower starts over with a full fetch).
+
 Admission: at most ``max.connections`` connections; a connection idle for ``connections.max.idle.ms`` (no
 request, or an answer the follower does not read) is closed.
 
@@ -27,6 +31,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from broker.context import BrokerContext
+from broker.errors import error
+from broker.fetch_session import LeaderSession, SessionError
 from broker.handlers import fetch
 from broker.loop_listener import LoopListener, NoContext
 from common.framing import SIZE, frame
@@ -73,6 +79,7 @@ class ReplicationListener(LoopListener):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         idle = self._loop.call_later(self.idle_timeout_s, writer.transport.abort)
+        session = LeaderSession(self.ctx)  # the connection's fetch session (broker.fetch_session)
         try:
             principal = self._principal(writer)
             while True:
@@ -89,7 +96,7 @@ class ReplicationListener(LoopListener):
                                 exc)  # fmt: skip
                     return
                 idle.cancel()  # the long poll has a deadline of its own
-                response = await self._answer(request, principal, str(peer[0]))
+                response = await self._answer(request, principal, str(peer[0]), session)
                 idle = self._loop.call_later(self.idle_timeout_s, writer.transport.abort)  # the answer read, and
                 writer.write(frame(response.SerializeToString()))  # the next request, within the idle time
                 await writer.drain()
@@ -99,18 +106,30 @@ class ReplicationListener(LoopListener):
             logger.exception("broker %d: replication listener: a fetch from %s failed", self.ctx.broker_id, who)
         finally:
             idle.cancel()
+            session.close()
             self._writers.discard(writer)
             writer.transport.abort()
 
-    async def _answer(self, request: pb.FetchRequest, principal: str, host: str) -> pb.FetchResponse:
+    async def _answer(
+        self, request: pb.FetchRequest, principal: str, host: str, session: LeaderSession
+    ) -> pb.FetchResponse:
         if request.replica_id < 0:
             return fetch.refused(request, "INVALID_REQUEST", "the REPLICATION listener serves follower fetches only "
                                  f"(replica_id >= 0), got replica_id {request.replica_id}: consumers fetch on a "
                                  "client listener")  # fmt: skip
+        try:
+            view = session.apply(request)
+        except SessionError as exc:
+            logger.info("broker %d: replication listener: fetch session of broker %d: %s: %s", self.ctx.broker_id,
+                        request.replica_id, exc.code, exc)  # fmt: skip
+            return pb.FetchResponse(error=error(exc.code, str(exc)))
         guard = self.ctx.guard
         if guard is not None and guard.authorizer is not None:
             denial = BROKER_RULES[RULE](request, Check(guard.authorizer.current(), principal, host))
             if denial is not None:
-                return fetch.refused(request, denial.code, denial.message)
-        response: pb.FetchResponse = await self._service.Fetch(request, NoContext())
+                refusal = fetch.refused(view, denial.code, denial.message)  # every partition of the session
+                session.answered(refusal)
+                return refusal
+        response: pb.FetchResponse = await self._service.Fetch(view, NoContext(), session)
+        session.answered(response)
         return response

@@ -139,20 +139,24 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._record(produce.handle, request, started, arrived)
         return started
 
-    async def Fetch(self, request: Any, context: Any) -> Any:
+    async def Fetch(self, request: Any, context: Any, session: Any = None) -> Any:
         """A long poll: the first read runs on the worker pool, the wait holds no thread
         (``controller.rpc_server``); the read after the wait runs on the event loop when what woke it is at
         most ``fetch.inline.read.max.bytes`` (a record that just arrived: two thread switches saved on the
         way of every replicated and consumed record), else on the pool. With ``fetch.inline.read.max.bytes``
         above 0, a fetch with nothing to read yet (``fetch.nothing_to_read``: a caught-up follower reporting
-        its position) also runs its first read on the loop."""
+        its position) also runs its first read on the loop. With ``session`` (a
+        :class:`~broker.fetch_session.LeaderSession`; ``request`` is then its view) the session decides what
+        is read, and how the fetch waits."""
         arrived = time.perf_counter()
-        if self._inline_read_max_bytes > 0 and fetch.nothing_to_read(self._ctx, request):
+        begin, finish = (fetch.begin_grpc, fetch.finish_grpc) if session is None else (session.begin, session.finish)
+        caught_up = fetch.nothing_to_read(self._ctx, request) if session is None else session.nothing_to_read(self._ctx)
+        if self._inline_read_max_bytes > 0 and caught_up:
             # caught up (a follower's report, a consumer at the high watermark): the read finds nothing, and
             # the high watermark it may move completes the waiting produces on this loop, with no thread hop
-            started = await self._call_inline(fetch.begin_grpc, request, context, fetch.handle, arrived)
+            started = await self._call_inline(begin, request, context, fetch.handle, arrived)
         else:
-            started = await self._call_blocking(fetch.begin_grpc, request, context, fetch.handle, arrived)
+            started = await self._call_blocking(begin, request, context, fetch.handle, arrived)
         woke_ns = 0
         if isinstance(started, fetch.PendingFetch):
             op = started.op
@@ -162,9 +166,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 op.expire()
             woke_ns = trace.now_ns() if trace.ON else 0
             if op.ready_bytes <= self._inline_read_max_bytes:  # small: read here, no hop to a worker and back
-                started = await self._call_inline(fetch.finish_grpc, started, context, fetch.handle, arrived)
+                started = await self._call_inline(finish, started, context, fetch.handle, arrived)
             else:
-                started = await self._call_blocking(fetch.finish_grpc, started, context, fetch.handle, arrived)
+                started = await self._call_blocking(finish, started, context, fetch.handle, arrived)
         if trace.ON:
             fetch.trace_fetch(request, started, arrived, woke_ns)
         self._record(fetch.handle, request, started, arrived)

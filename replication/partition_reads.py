@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from enum import Enum
 from typing import TypeVar
 
 from common.clock import Clock
@@ -41,6 +42,14 @@ from replication.unified_log import (
 from replication.views import FetchPosition, PartitionRead, Role
 
 T = TypeVar("T")
+
+
+class IdleFetch(Enum):
+    """What :meth:`PartitionReads.note_idle_follower_fetch` did."""
+
+    READ = "read"  # nothing: the fetch must read this partition
+    UNCHANGED = "unchanged"  # recorded; nothing to send
+    HW_MOVED = "hw moved"  # recorded, and the high watermark moved
 
 NO_EPOCH = -1  # current_leader_epoch = -1: the caller does not check epochs
 NO_LEADER = -1
@@ -281,6 +290,31 @@ class PartitionReads:
                 high_watermark = self._high_watermark
         return PartitionRead(data, high_watermark, data.log_start_offset, data.log_end_offset, epoch, moved,
                              last_stable_offset=lso)  # fmt: skip
+
+    def note_idle_follower_fetch(
+        self, replica_id: int, fetch_offset: int, current_leader_epoch: int, replica_epoch: int,
+        high_watermark: int, log_start_offset: int,
+    ) -> IdleFetch:  # fmt: skip
+        """A fetch session's partition that the follower did not name this time (``broker/fetch_session.py``):
+        when a :meth:`read` from ``fetch_offset`` would find nothing (this broker leads the partition in
+        ``current_leader_epoch`` and ``fetch_offset`` is its log end) and tell the follower nothing it was not
+        told (``high_watermark`` and ``log_start_offset``, its last answer's, are still this replica's), the
+        fetch is recorded as :meth:`read` records it (HW4: the follower's progress and its caught-up time, which
+        ISR1 counts) without reading the log: :attr:`IdleFetch.UNCHANGED`, or :attr:`IdleFetch.HW_MOVED` when
+        that moved the high watermark (the caller completes what waited for it, and reads to send it).
+        Otherwise nothing is done: :attr:`IdleFetch.READ`, the caller reads (and gets the errors)."""
+        with self._lock:
+            state = self._leader_state
+            if (
+                state is None or self._role is not Role.LEADER or self._leader_epoch != current_leader_epoch
+                or replica_id not in self._replicas or replica_id == self.local_broker_id
+                or self._log.log_end_offset != fetch_offset or self._log.log_start_offset != log_start_offset
+                or self._high_watermark != high_watermark
+            ):  # fmt: skip
+                return IdleFetch.READ
+            moved = state.on_follower_fetch(replica_id, fetch_offset, self._clock.monotonic_ms(), replica_epoch)
+            self._sync_high_watermark()
+            return IdleFetch.HW_MOVED if moved else IdleFetch.UNCHANGED
 
     def read_slice(
         self, fetch_offset: int, max_bytes: int, *, current_leader_epoch: int = NO_EPOCH, min_one_batch: bool = True

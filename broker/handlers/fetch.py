@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from broker.context import BrokerContext
 from broker.delayed_fetch import DelayedFetch, FetchStatus
@@ -100,12 +100,19 @@ def handle(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse:
 
 def begin_grpc(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse | PendingFetch[pb.FetchResponse]:
     """A gRPC Fetch up to its wait: :func:`check_replica`, then :func:`begin` with the gRPC reader (which, with
-    metrics on, keeps a consumer's records for the per-topic record counts)."""
-    refused = check_replica(ctx, request)
-    if refused is not None:
-        return refused
+    metrics on, keeps a consumer's records for the per-topic record counts). A request that continues or
+    forgets into a fetch session (``session_epoch``, ``forgotten``) is INVALID_REQUEST: sessions live on a
+    REPLICATION listener's connection (``broker/fetch_session.py``), and reading only the partitions named
+    would silently leave out the rest."""
+    refusal = check_replica(ctx, request)
+    if refusal is not None:
+        return refusal
+    if request.session_epoch or len(request.forgotten):
+        return refused(request, "INVALID_REQUEST", f"a fetch with session_epoch {request.session_epoch} and "
+                       f"{len(request.forgotten)} forgotten topics: fetch sessions are served only on a "
+                       "REPLICATION listener's connection; elsewhere every fetch names all its partitions")  # fmt: skip
     sent: list[tuple[str, bytes]] | None = None if ctx.metrics is None or request.replica_id >= 0 else []
-    reader = _read_all if sent is None else partial(_read_all, sent=sent)
+    reader = read_partitions if sent is None else partial(read_partitions, sent=sent)
     started = begin(ctx, request, reader, sent)
     if not isinstance(started, PendingFetch):
         _records_out(ctx, sent)
@@ -154,11 +161,11 @@ def begin(
         for topic in request.topics
         for p in topic.partitions
     ]
-    starts = _positions(ctx, targets, for_replica)  # before the read: nothing that arrives after is missed
+    starts = positions(ctx, targets, for_replica)  # before the read: nothing that arrives after is missed
     response, sizes, failed = read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
     total = sum(sizes)
     if request.max_wait_ms <= 0 or total >= request.min_bytes or failed or not targets or total >= max_bytes:
-        _count_out(ctx, targets, sizes, for_replica)
+        count_out(ctx, targets, sizes, for_replica)
         return response
     statuses = [
         FetchStatus((t.topic, t.partition), t.fetch_offset, partition_limit(t, max_bytes), start, size)
@@ -197,11 +204,11 @@ def finish(ctx: BrokerContext, pending: PendingFetch[R]) -> R:
     """The answer once the wait is over: every target read again (and counted, metrics on)."""
     response, sizes, _ = pending.read_all(ctx, pending.replica_id, pending.targets, pending.max_bytes,
                                           pending.replica_epoch)  # fmt: skip
-    _count_out(ctx, pending.targets, sizes, pending.replica_id >= 0)
+    count_out(ctx, pending.targets, sizes, pending.replica_id >= 0)
     return response
 
 
-def check_replica(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchResponse | None:
+def check_replica(ctx: BrokerContext, request: Any) -> pb.FetchResponse | None:
     """A fetch that claims to come from broker ``replica_id`` must carry that broker's current epoch, as the
     metadata image has it (KIP-903's ``ReplicaEpoch``); otherwise STALE_BROKER_EPOCH for every partition and
     nothing is read, so no follower position and no high watermark moves on its word."""
@@ -218,8 +225,9 @@ def check_replica(ctx: BrokerContext, request: pb.FetchRequest) -> pb.FetchRespo
     return refused(request, STALE_BROKER_EPOCH, message)
 
 
-def refused(request: pb.FetchRequest, code: str, message: str) -> pb.FetchResponse:
-    """The answer to a fetch refused before any read: ``code`` at the top and for every partition it named."""
+def refused(request: Any, code: str, message: str) -> pb.FetchResponse:
+    """The answer to a fetch refused before any read: ``code`` at the top and for every partition it named
+    (``request``: a FetchRequest, or a fetch session's view of one)."""
     response = pb.FetchResponse(error=error(code, message))
     for topic in request.topics:
         answer = response.topics.add(name=topic.name)
@@ -231,7 +239,7 @@ def refused(request: pb.FetchRequest, code: str, message: str) -> pb.FetchRespon
     return response
 
 
-def _count_out(ctx: BrokerContext, targets: list[Target], sizes: list[int], for_replica: bool) -> None:
+def count_out(ctx: BrokerContext, targets: list[Target], sizes: list[int], for_replica: bool) -> None:
     """Per-topic bytes out of the answer sent (metrics on only)."""
     if ctx.metrics is None:
         return
@@ -253,7 +261,7 @@ def partition_limit(target: Target, max_bytes: int) -> int:
     return target.partition_max_bytes if target.partition_max_bytes > 0 else max_bytes
 
 
-def _positions(ctx: BrokerContext, targets: list[Target], for_replica: bool) -> list[FetchPosition | None]:
+def positions(ctx: BrokerContext, targets: list[Target], for_replica: bool) -> list[FetchPosition | None]:
     positions: list[FetchPosition | None] = []
     for target in targets:
         partition = ctx.replicas.partition(target.topic, target.partition)
@@ -261,7 +269,7 @@ def _positions(ctx: BrokerContext, targets: list[Target], for_replica: bool) -> 
     return positions
 
 
-def _read_all(
+def read_partitions(
     ctx: BrokerContext, replica_id: int, targets: list[Target], max_bytes: int, replica_epoch: int = -1,
     *, sent: list[tuple[str, bytes]] | None = None,
 ) -> tuple[pb.FetchResponse, list[int], bool]:
@@ -313,10 +321,7 @@ def _read_one(
         answer.error.CopyFrom(error_of(exc))
         return b""
     if read.high_watermark_moved:
-        if trace.ON:  # the high watermark passed records now (log.trace's ``hw``)
-            trace.point("hw", target.topic, target.partition, read.high_watermark, replica_id)
-        ctx.replicas.produce_purgatory.check_and_complete((target.topic, target.partition))
-        ctx.replicas.fetch_purgatory.check_and_complete((target.topic, target.partition))
+        high_watermark_moved(ctx, target.topic, target.partition, read.high_watermark, replica_id)
     answer.high_watermark = read.high_watermark
     answer.last_stable_offset = read.last_stable_offset if read.last_stable_offset >= 0 else read.high_watermark
     for aborted in read.aborted:
@@ -331,6 +336,15 @@ def _read_one(
     if records:
         answer.records = records
     return records
+
+
+def high_watermark_moved(ctx: BrokerContext, topic: str, partition: int, high_watermark: int, replica_id: int) -> None:
+    """A follower's fetch moved the high watermark of ``topic``-``partition``: complete the acks=all produces
+    and the consumer fetches that waited for it."""
+    if trace.ON:  # the high watermark passed records now (log.trace's ``hw``)
+        trace.point("hw", topic, partition, high_watermark, replica_id)
+    ctx.replicas.produce_purgatory.check_and_complete((topic, partition))
+    ctx.replicas.fetch_purgatory.check_and_complete((topic, partition))
 
 
 def _fill_offsets(ctx: BrokerContext, target: Target, answer: pb.FetchPartitionResponse) -> None:

@@ -71,6 +71,48 @@ def test_followers_replicate_over_the_listener_and_follow_a_failover(tmp_path: P
         assert produce_all(cluster, "r", b"last") == ""
 
 
+def test_idle_partitions_in_fetch_sessions_stay_in_sync_and_follow_a_failover(tmp_path: Path) -> None:
+    """Fetch sessions (broker/fetch_session.py): with several partitions per leader and most of them idle,
+    the followers' incremental fetches leave the idle ones unread, yet they stay in the ISR over several
+    ``replica.lag.time.max.ms``; a record on any of them is replicated at once (acks=all), and after a
+    failover every acknowledged record is on the new leaders and the old leader rejoins every ISR."""
+    topics = [f"s{i}" for i in range(6)]
+    config = {"replica.lag.time.max.ms": "1500"}
+    with Cluster(tmp_path, brokers=3, controller_config=CONTROLLER_CONFIG, broker_config=config,
+                 replication=True) as cluster:  # fmt: skip
+        acked: dict[str, list[bytes]] = {topic: [] for topic in topics}
+
+        def produce_each(tag: str) -> None:
+            for topic in topics:
+                value = f"{topic}-{tag}".encode()
+                cluster.wait_for(partial(produce_all, cluster, topic, value, want=""), WAIT_S, f"acks=all of {value!r}")
+                acked[topic].append(value)
+
+        def full_isr(via: int) -> bool:
+            return all(len(cluster.partition_metadata(topic, 0, via=via).isr) == 3 for topic in topics)
+
+        for topic in topics:
+            cluster.create_topic(topic, replication_factor=3, configs=TOPIC_CONFIG)
+        produce_each("first")
+        cluster.wait_for(partial(full_isr, 0), WAIT_S, "every ISR full")
+        time.sleep(4.0)  # idle for more than twice the lag
+        assert full_isr(0), "an idle partition left the ISR"
+        produce_each("after-idle")
+
+        victim = cluster.leader(topics[0])
+        survivor = next(i for i in range(3) if i != victim)
+        cluster.kill_broker(victim)
+        cluster.wait_for(lambda: all(cluster.leader(t, via=survivor) not in (-1, victim) for t in topics), WAIT_S,
+                         "new leaders for every topic")  # fmt: skip
+        produce_each("after-failover")
+        for topic in topics:
+            got = values_at(cluster, cluster.leader(topic, via=survivor), topic)
+            assert [v for v in got if v in acked[topic]] == acked[topic], topic
+        cluster.start_broker(victim)
+        cluster.wait_for(partial(full_isr, survivor), WAIT_S, "the old leader back in every ISR")
+        produce_each("last")
+
+
 def raw_exchange(address: str, data: bytes, timeout_s: float = 10.0) -> bytes:
     """Send ``data`` on a new connection and read until the broker closes it (what it answered, if anything);
     a close with bytes of ours still unread arrives as a reset."""
