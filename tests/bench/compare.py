@@ -162,6 +162,10 @@ def start_servers(run: Run, systems: Sequence[str], args: argparse.Namespace) ->
         directory = run.root / f"odradek{'-' + variant if variant else ''}"
         run.odradek[variant] = OdradekCluster(directory, args.controllers, args.brokers, broker_config=config,
                                               tree=args.trees.get(variant)).start()  # fmt: skip
+        if args.idle_topics:
+            progress(f"creating {args.idle_topics} idle topics (1 partition, RF {min(3, args.brokers)})")
+            for i in range(args.idle_topics):
+                run.odradek[variant].create_topic(f"idle-{i}", 1, min(3, args.brokers))
     if any(s.startswith("nats") for s in systems):
         binary, why = find_binary("nats-server")
         if binary is None:
@@ -408,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every record count (0.01: a smoke run)")
     parser.add_argument("--controllers", type=int, default=3, help="odradek up's controllers (default 3)")
     parser.add_argument("--brokers", type=int, default=3, help="odradek up's brokers (default 3)")
+    parser.add_argument("--idle-topics", type=int, default=0, metavar="N",
+                        help="create N idle topics (1 partition, RF 3) on each Odradek cluster first: what every "
+                        "follower fetch has to account for besides the measured topic")  # fmt: skip
     parser.add_argument("--install-peers", action="store_true", help="apt-get install nats-server and redis-server")
     parser.add_argument("--json-out", help="write every run's document to this file")
     parser.add_argument("--keep", action="store_true", help="keep the servers' directory (logs, data)")
