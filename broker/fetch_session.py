@@ -127,6 +127,10 @@ class LeaderSession:
         self._dirty: set[TopicPartition] = set()  # to read for the next answer
         self._woken = False  # a change a parked fetch must answer came since the last read
         self._parked: DelayedFetch | None = None
+        # the partitions the fetch in progress reads (None: none in progress): their changes need nothing
+        # from the listener (the read sees them, the parked fetch watches them, and finish reads them again)
+        self._reading: frozenset[TopicPartition] | None = None
+        self._changed_while_reading: set[TopicPartition] = set()  # of those: read again if answered at once
         lag_ms = float(ctx.config.get("replica.lag.time.max.ms"))
         self._touch_every_ms = min(TOUCH_INTERVAL_MS, lag_ms / 10)
         self._next_touch_ms = 0.0
@@ -230,13 +234,18 @@ class LeaderSession:
         with self._lock:
             self._woken = False
             keys, self._dirty = self._dirty, set()
-        targets = self._targets(keys)
+            targets = self._targets(keys)
+            self._reading = frozenset((t.topic, t.partition) for t in targets)
         max_bytes = min(view.max_bytes, ctx.config.replica_fetch_response_max_bytes) if view.max_bytes > 0 \
             else ctx.config.replica_fetch_response_max_bytes  # fmt: skip
         starts = fetch.positions(ctx, targets, True)  # before the read: nothing that arrives after is missed
         response, sizes, failed = fetch.read_partitions(ctx, view.replica_id, targets, max_bytes, view.replica_epoch)
         total = sum(sizes)
         if view.max_wait_ms <= 0 or total >= view.min_bytes or failed or total >= max_bytes:
+            with self._lock:  # what changed after the read is news for the next answer
+                self._reading = None
+                self._dirty |= self._changed_while_reading
+                self._changed_while_reading = set()
             fetch.count_out(ctx, targets, sizes, True)
             return response
         statuses = [
@@ -250,6 +259,7 @@ class LeaderSession:
         with self._lock:  # from now on a change completes it (_changed); one since the read did already
             self._parked = op
             woken = self._woken
+            self._changed_while_reading = set()  # finish reads them again
         if woken:
             op.force_complete()
         return fetch.PendingFetch(op, view.replica_id, view.replica_epoch, targets, max_bytes, fetch.read_partitions)
@@ -258,7 +268,8 @@ class LeaderSession:
         """The answer once the parked fetch completed: what :meth:`begin` read, read again, and every
         partition that changed meanwhile."""
         with self._lock:
-            self._parked = None
+            self._parked = self._reading = None
+            self._changed_while_reading = set()  # read below
             keys, self._dirty = self._dirty, set()
         read = {(t.topic, t.partition) for t in pending.targets}
         targets = pending.targets + self._targets(keys - read)
@@ -322,6 +333,14 @@ class LeaderSession:
         entry = self._entries.get(tp)
         if entry is None:
             return
+        with self._lock:
+            reading = self._reading
+            if reading is not None and tp in reading:  # the fetch in progress sees it (its parked operation,
+                self._changed_while_reading.add(tp)  # finish's read), unless it answers at once
+                return
+            self._dirty.add(tp)
+            if reading is None:
+                return  # no fetch in progress: the next one reads it
         partition = self.ctx.replicas.partition(*tp)
         urgent = True
         if partition is not None:
@@ -330,10 +349,9 @@ class LeaderSession:
                 now.role is not Role.LEADER or now.leader_epoch != entry.current_leader_epoch
                 or entry.fetch_offset != now.log_end_offset or entry.fetch_offset < now.log_start_offset
             )  # fmt: skip
+        if not urgent:
+            return
         with self._lock:
-            self._dirty.add(tp)
-            if not urgent:
-                return
             self._woken = True
             parked = self._parked
         if parked is not None:
