@@ -198,3 +198,26 @@ def test_the_follower_names_only_what_changed() -> None:
     assert follower.next({a: (3, 2, 0), c: (0, 2, 0)}) == ([a, c], [], 0)
     assert next_epoch(MAX_EPOCH) == 1
     assert next_epoch(0) == 1
+
+
+def test_a_change_during_a_read_answered_at_once_is_read_for_the_next_answer(
+    cluster: BrokerHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = caught_up_session(cluster)
+    append(cluster, "a")  # records for the follower: the next fetch is answered at once
+    read = fetch.read_partitions
+    fired = []
+
+    def read_then_change(*args: object, **kwargs: object) -> object:
+        result = read(*args, **kwargs)  # type: ignore[arg-type]
+        if not fired:  # after the read and before the answer: a change to c, which this fetch read
+            fired.append(True)
+            cluster.replicas.fetch_purgatory.check_and_complete(("c", 0))
+        return result
+
+    monkeypatch.setattr(fetch, "read_partitions", read_then_change)
+    first = answers(finish(cluster, session, begin(cluster, session, request(cluster, 2, {"c": 1}))))
+    assert first["a"].records
+    assert set(first) == {"a", "c"}
+    second = answers(finish(cluster, session, begin(cluster, session, request(cluster, 3, {"a": 2}))))
+    assert set(second) == {"a", "c"}  # c is read again though the follower did not name it
