@@ -155,8 +155,13 @@ class LeaderSession:
             if epoch != next_epoch(self.epoch):
                 raise self._drop(INVALID_FETCH_SESSION_EPOCH, f"session_epoch {epoch} does not follow the "
                                  f"session's {self.epoch}: start over with session_epoch 0")  # fmt: skip
-        else:
-            self.close()
+        else:  # a full fetch: the session is exactly what it names (the partitions kept stay listened to)
+            named_now = {(topic.name, p.partition) for topic in request.topics for p in topic.partitions}
+            for key in [key for key in self._entries if key not in named_now]:
+                del self._entries[key]
+                self._purgatory.unlisten(key, self._token)
+            with self._lock:
+                self._dirty = set()
         changed = epoch == 0
         for topic in request.forgotten:
             for p in topic.partitions:

@@ -221,3 +221,13 @@ def test_a_change_during_a_read_answered_at_once_is_read_for_the_next_answer(
     assert set(first) == {"a", "c"}
     second = answers(finish(cluster, session, begin(cluster, session, request(cluster, 3, {"a": 2}))))
     assert set(second) == {"a", "c"}  # c is read again though the follower did not name it
+
+
+def test_full_fetches_on_one_connection_make_the_session_what_they_name(cluster: BrokerHarness) -> None:
+    session = caught_up_session(cluster)
+    purgatory = cluster.replicas.fetch_purgatory
+    told = answers(finish(cluster, session, begin(cluster, session, request(cluster, 0, {"a": 1, "b": 1}))))
+    assert set(told) == {"a", "b"}  # a full fetch answers every partition it names
+    assert len(session) == 2
+    assert [purgatory.listeners((t, 0)) for t in TOPICS] == [1, 1, 0]
+    assert answers(finish(cluster, session, begin(cluster, session, request(cluster, 1)))) == {}
