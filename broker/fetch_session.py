@@ -47,7 +47,6 @@ change, and takes the session's lock for what it shares with the connection (wha
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import cast
@@ -55,12 +54,11 @@ from typing import cast
 from broker.context import BrokerContext
 from broker.delayed_fetch import DelayedFetch, FetchStatus
 from broker.handlers import fetch
+from broker.log_manager import TopicPartition
 from broker.replication_link import FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, next_epoch
 from proto import broker_pb2 as pb
 from replication.partition_reads import IdleFetch
 from replication.views import Role
-
-TopicPartition = tuple[str, int]
 
 TOUCH_INTERVAL_MS = 100.0  # idle partitions have the follower's fetch recorded this often (at most)
 MAX_SESSION_PARTITIONS = 200_000  # a session holds at most this many partitions (INVALID_REQUEST beyond)
@@ -80,7 +78,6 @@ class _Entry:
     current_leader_epoch: int
     log_start_offset: int
     last_fetched_epoch: int = -1
-    named: bool = True  # named and not answered since: always read
     sent_high_watermark: int = -1
     sent_log_start_offset: int = -1
 
@@ -136,6 +133,7 @@ class LeaderSession:
         self._next_touch_ms = 0.0
         self._token = id(self)
         self._purgatory = ctx.replicas.fetch_purgatory
+        self._clock = ctx.replicas.clock
         self._sentinel = ("", -1 - self._token)  # the key a parked fetch with no partition to watch waits under
 
     def __len__(self) -> int:
@@ -305,7 +303,7 @@ class LeaderSession:
         """Every ``TOUCH_INTERVAL_MS`` at most: the follower's fetch of every idle partition is recorded
         (``Partition.note_idle_follower_fetch``: its caught-up time stays current, as if it had been read);
         one that has something to tell after all is read with the others."""
-        now = self._clock_ms()
+        now = self._clock.monotonic_ms()
         if now < self._next_touch_ms:
             return
         self._next_touch_ms = now + self._touch_every_ms
@@ -323,9 +321,6 @@ class LeaderSession:
             if outcome is not IdleFetch.UNCHANGED:
                 with self._lock:
                     self._dirty.add(key)
-
-    def _clock_ms(self) -> float:
-        return time.monotonic() * 1000.0
 
     # --- changes (any thread) ------------------------------------------------------------------------
 
