@@ -47,7 +47,7 @@ from typing import Any, cast
 from google.protobuf.message import DecodeError
 
 from broker.context import BrokerContext
-from broker.loop_listener import ANONYMOUS, START_TIMEOUT_S, LoopListener, NoContext
+from broker.loop_listener import ANONYMOUS, START_TIMEOUT_S, IdleTimer, LoopListener, NoContext
 from common.framing import DATA, ERROR, FETCH, KINDS, OK, PRODUCE, SIZE
 from controller.security.rules import BROKER_RULES, Check
 from metadata.configs import ConfigError
@@ -92,8 +92,7 @@ class _Connection:
     principal: str = ANONYMOUS
     answers: asyncio.Queue[asyncio.Future[_Answer] | None] = field(default_factory=asyncio.Queue)  # in request order
     slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_PIPELINED))
-    pending: int = 0  # requests read and not yet answered
-    idle: asyncio.TimerHandle | None = None  # armed while pending is 0
+    idle: IdleTimer | None = None  # busy from a request read to its answer written
 
 
 class DataListener(LoopListener):
@@ -137,7 +136,7 @@ class DataListener(LoopListener):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = _Connection(reader, writer, who, str(peer[0]))
-        self._arm_idle(conn)
+        conn.idle = IdleTimer(self._loop, self.idle_timeout_s, writer.transport.abort)
         reading: asyncio.Task[bool] | None = None
         writing: asyncio.Task[None] | None = None
         try:
@@ -173,9 +172,6 @@ class DataListener(LoopListener):
                 if left is not None:
                     left.cancel()
 
-    def _arm_idle(self, conn: _Connection) -> None:
-        conn.idle = self._loop.call_later(self.idle_timeout_s, conn.writer.transport.abort)
-
     async def _read(self, conn: _Connection) -> bool:
         """Read requests and start each one's handling, in order, until the client closes (True: it closed at
         a frame's end, its requests are still answered). ``_Closing`` on a frame that breaks the wire."""
@@ -204,10 +200,8 @@ class DataListener(LoopListener):
                     raise _Closing(f"a request of unknown kind {kind}")
             except DecodeError as exc:
                 raise _Closing(f"a {KINDS[kind]} request that does not parse: {exc}") from None
-            if conn.idle is not None:
-                conn.idle.cancel()
-                conn.idle = None
-            conn.pending += 1
+            assert conn.idle is not None
+            conn.idle.busy()
             # started now, in the order read: a Produce's appends run before the next request's (ProduceStream)
             conn.answers.put_nowait(asyncio.ensure_future(self._handle(kind, request, conn)))
 
@@ -227,10 +221,9 @@ class DataListener(LoopListener):
                     stalled.cancel()
             if close:
                 return
-            conn.pending -= 1
             conn.slots.release()
-            if conn.pending == 0:
-                self._arm_idle(conn)
+            assert conn.idle is not None
+            conn.idle.idle()
 
     async def _handle(self, kind: int, request: Any, conn: _Connection) -> _Answer:
         """One request's answer frame; an unexpected error answers UNKNOWN_SERVER_ERROR and closes."""

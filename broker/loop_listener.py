@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from broker.context import BrokerContext
@@ -33,6 +34,48 @@ class NoContext:
 
     async def abort(self, _code: object, _details: str) -> None:
         return None
+
+
+class IdleTimer:
+    """``connections.max.idle.ms`` of one connection: ``on_idle()`` once the connection has been idle (no
+    request in progress) for ``timeout_s``. A connection is busy from :meth:`busy` to :meth:`idle` (a long
+    poll has a deadline of its own). One timer handle, re-armed only when it fires, instead of a handle armed
+    and cancelled per request (two heap operations on the way of every replicated and consumed record): it
+    fires at most once per ``timeout_s`` of activity, and then either closes or looks again when the idle
+    time would end."""
+
+    __slots__ = ("_loop", "_timeout_s", "_on_idle", "_busy", "_idle_since", "_handle")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout_s: float, on_idle: Callable[[], object]) -> None:
+        self._loop = loop
+        self._timeout_s = timeout_s
+        self._on_idle = on_idle
+        self._busy = 0
+        self._idle_since = loop.time()
+        self._handle: asyncio.TimerHandle | None = loop.call_at(self._idle_since + timeout_s, self._check)
+
+    def busy(self) -> None:
+        self._busy += 1
+
+    def idle(self) -> None:
+        self._busy -= 1
+        if not self._busy:
+            self._idle_since = self._loop.time()
+
+    def _check(self) -> None:
+        if self._handle is None:
+            return
+        due = (self._loop.time() if self._busy else self._idle_since) + self._timeout_s
+        if not self._busy and due <= self._loop.time():
+            self._handle = None
+            self._on_idle()
+            return
+        self._handle = self._loop.call_at(due, self._check)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 class LoopListener:

@@ -34,7 +34,7 @@ from broker.context import BrokerContext
 from broker.errors import error
 from broker.fetch_session import LeaderSession, SessionError
 from broker.handlers import fetch
-from broker.loop_listener import LoopListener, NoContext
+from broker.loop_listener import IdleTimer, LoopListener, NoContext
 from common.framing import SIZE, frame
 from controller.security.rules import BROKER_RULES, Check
 from metadata.configs import ConfigError
@@ -78,7 +78,7 @@ class ReplicationListener(LoopListener):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        idle = self._loop.call_later(self.idle_timeout_s, writer.transport.abort)
+        idle = IdleTimer(self._loop, self.idle_timeout_s, writer.transport.abort)
         session = LeaderSession(self.ctx)  # the connection's fetch session (broker.fetch_session)
         try:
             principal = self._principal(writer)
@@ -95,10 +95,10 @@ class ReplicationListener(LoopListener):
                     logger.info("replication listener: closing %s: a request that is not a FetchRequest: %s", who,
                                 exc)  # fmt: skip
                     return
-                idle.cancel()  # the long poll has a deadline of its own
+                idle.busy()  # the long poll has a deadline of its own
                 response = await self._answer(request, principal, str(peer[0]), session)
-                idle = self._loop.call_later(self.idle_timeout_s, writer.transport.abort)  # the answer read, and
-                writer.write(frame(response.SerializeToString()))  # the next request, within the idle time
+                idle.idle()  # the answer read (drain waits for that) and the next request: within the idle time
+                writer.write(frame(response.SerializeToString()))
                 await writer.drain()
         except (asyncio.IncompleteReadError, OSError) as exc:  # the peer closed, idled out, reset; a TLS error
             logger.debug("replication listener: connection from %s ended: %r", who, exc)

@@ -205,13 +205,16 @@ class PartitionReads:
 
     def _sync_high_watermark(self) -> None:
         """Copy the leader state's HW, never backwards (HW2), and move the byte position with it."""
-        if self._leader_state is not None:
-            self._high_watermark = max(self._high_watermark, self._leader_state.high_watermark)
-        self._high_watermark = min(self._high_watermark, self._log.log_end_offset)
-        self._bytes.on_high_watermark(self._high_watermark, self._log.log_end_offset)
+        log = self._log
+        log_end, log_start = log.log_end_offset, log.log_start_offset
+        state = self._leader_state
+        hw = self._hw if state is None else max(self._hw, state.high_watermark)
+        hw = min(hw, log_end)
+        self._bytes.on_high_watermark(hw, log_end)
         # Retention or DeleteRecords may move the log start past a follower's HW: Kafka moves the HW up.
-        self._high_watermark = max(self._high_watermark, self._log.log_start_offset)
-        assert self._log.log_start_offset <= self._high_watermark <= self._log.log_end_offset, "HW3"
+        hw = max(hw, log_start)
+        assert log_start <= hw <= log_end, "HW3"
+        self._high_watermark = hw  # once: each assignment reaches the transactions' bookkeeping
 
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """FENCED_LEADER_EPOCH when the caller's epoch is older than ours, UNKNOWN_LEADER_EPOCH when newer

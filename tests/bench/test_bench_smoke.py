@@ -136,3 +136,25 @@ def test_the_rpc_floor_bench_measures_every_transport() -> None:
         assert figures["server_cpu_us"] >= 0, name  # /proc counts in clock ticks: a short run may show none
     table = done.stdout.split("\n")
     assert any(line.startswith("tcp-asyncio") for line in table)
+
+
+def test_the_cpu_bench_counts_every_process_by_role(tmp_path: Path) -> None:
+    """``tests.bench.cpu``: one cluster (1 controller, 3 brokers, RF 3), a fresh topic per round; each role's CPU
+    per record present (a leader, two followers, the other broker absent at RF 3 of 3), the e2e figures sane."""
+    out = tmp_path / "cpu.json"
+    done = run("tests.bench.cpu", ["--controllers", "1", "--brokers", "3", "--num-records", "300", "--rate", "300",
+                                   "--repeat", "2", "--json-out", str(out)])  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (cluster,) = json.loads(out.read_text())
+    assert cluster["cluster"] == "this"
+    assert [r["round"] for r in cluster["rounds"]] == [0, 1]
+    for doc in cluster["rounds"]:
+        roles = doc["cpu_us_per_record"]
+        assert {role: len(values) for role, values in roles.items()} == {
+            "leader": 1, "follower": 2, "broker": 0, "controller": 1, "client": 1,
+        }  # fmt: skip
+        assert roles["leader"][0] > 0, roles  # it did work (the others may show no clock tick in a run this short)
+        assert roles["client"][0] > 0, roles
+        assert doc["perf"]["records"] == 300
+        assert 0 < doc["e2e_ms"]["p50"] <= doc["e2e_ms"]["p99"]
+    assert any(line.startswith("this ") for line in done.stdout.splitlines())
