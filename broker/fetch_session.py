@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from broker.context import BrokerContext
-from broker.delayed_fetch import DelayedFetch, FetchStatus
+from broker.delayed_fetch import DelayedFetch
 from broker.handlers import fetch
 from broker.log_manager import TopicPartition
 from broker.replication_link import FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, next_epoch
@@ -217,14 +217,9 @@ class LeaderSession:
         (``fetch.nothing_to_read`` for the session: the reads are then short, and run on the loop)."""
         with self._lock:
             keys = list(self._dirty)
-        if len(keys) > fetch.INLINE_CHECK_MAX_PARTITIONS:
-            return False
-        for key in keys:
-            partition = ctx.replicas.partition(*key)
-            entry = self._entries.get(key)
-            if partition is None or entry is None or entry.fetch_offset < partition.log_end_offset:
-                return False
-        return True
+        entries = self._entries
+        named = (None if (e := entries.get(k)) is None else (k[0], k[1], e.fetch_offset) for k in keys)
+        return fetch.caught_up(ctx, named, True, when_empty=True)
 
     def begin(self, ctx: BrokerContext, view: SessionFetch) -> pb.FetchResponse | fetch.PendingFetch[pb.FetchResponse]:
         """``fetch.begin`` for the session: record the fetch of the idle partitions (every ``TOUCH_INTERVAL_MS``
@@ -239,25 +234,18 @@ class LeaderSession:
             keys, self._dirty = self._dirty, set()
             targets = self._targets(keys)
             self._reading = frozenset((t.topic, t.partition) for t in targets)
-        max_bytes = min(view.max_bytes, ctx.config.replica_fetch_response_max_bytes) if view.max_bytes > 0 \
-            else ctx.config.replica_fetch_response_max_bytes  # fmt: skip
+        max_bytes = fetch.response_limit(ctx, view.max_bytes, True)
         starts = fetch.positions(ctx, targets, True)  # before the read: nothing that arrives after is missed
         response, sizes, failed = fetch.read_partitions(ctx, view.replica_id, targets, max_bytes, view.replica_epoch)
-        total = sum(sizes)
-        if view.max_wait_ms <= 0 or total >= view.min_bytes or failed or total >= max_bytes:
+        # unlike fetch.begin, nothing to read is no answer: the session parks until one of its partitions changes
+        if fetch.answers_now(view, sum(sizes), failed, max_bytes):
             with self._lock:  # what changed after the read is news for the next answer
                 self._reading = None
                 self._dirty |= self._changed_while_reading
                 self._changed_while_reading = set()
             fetch.count_out(ctx, targets, sizes, True)
             return response
-        statuses = [
-            FetchStatus((t.topic, t.partition), t.fetch_offset, fetch.partition_limit(t, max_bytes), start, size)
-            for t, start, size in zip(targets, starts, sizes, strict=True)
-            if start is not None
-        ]
-        op = DelayedFetch(min(view.max_wait_ms, fetch.MAX_WAIT_CAP_MS), view.min_bytes, True, statuses,
-                          lambda key: ctx.replicas.partition(*key))  # fmt: skip
+        op = fetch.delayed_fetch(ctx, view, targets, starts, sizes, max_bytes, True)
         self._purgatory.try_complete_else_watch(op, op.keys or [self._sentinel])
         with self._lock:  # from now on a change completes it (_changed); one since the read did already
             self._parked = op

@@ -32,7 +32,7 @@ consumers, from the batch headers of what it read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar
@@ -152,8 +152,7 @@ def begin(
     """The first read: the answer, or the fetch left waiting in the purgatory (see the module docstring);
     ``sent``: what ``read_all`` keeps of its reads, carried to :func:`finish_grpc`."""
     for_replica = request.replica_id >= 0
-    limit = ctx.config.replica_fetch_response_max_bytes if for_replica else ctx.config.fetch_max_bytes
-    max_bytes = min(request.max_bytes, limit) if request.max_bytes > 0 else limit
+    max_bytes = response_limit(ctx, request.max_bytes, for_replica)
     read_committed = not for_replica and getattr(request, "isolation_level", 0) == READ_COMMITTED
     targets = [
         Target(topic.name, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
@@ -163,19 +162,40 @@ def begin(
     ]
     starts = positions(ctx, targets, for_replica)  # before the read: nothing that arrives after is missed
     response, sizes, failed = read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
-    total = sum(sizes)
-    if request.max_wait_ms <= 0 or total >= request.min_bytes or failed or not targets or total >= max_bytes:
+    if answers_now(request, sum(sizes), failed, max_bytes) or not targets:
         count_out(ctx, targets, sizes, for_replica)
         return response
+    op = delayed_fetch(ctx, request, targets, starts, sizes, max_bytes, for_replica)
+    ctx.replicas.fetch_purgatory.try_complete_else_watch(op, op.keys)
+    return PendingFetch(op, request.replica_id, request.replica_epoch, targets, max_bytes, read_all, sent)
+
+
+def response_limit(ctx: BrokerContext, max_bytes: int, for_replica: bool) -> int:
+    """The most an answer carries: the request's ``max_bytes`` (0 or less: none asked), capped by
+    ``fetch.max.bytes`` or, for followers, ``replica.fetch.response.max.bytes``."""
+    limit = ctx.config.replica_fetch_response_max_bytes if for_replica else ctx.config.fetch_max_bytes
+    return min(max_bytes, limit) if max_bytes > 0 else limit
+
+
+def answers_now(request: Any, total: int, failed: bool, max_bytes: int) -> bool:
+    """Whether the first read is the answer: no wait asked, ``min_bytes`` or the response's limit reached by its
+    ``total`` bytes, or a partition failed (an error or a diverging epoch answers at once)."""
+    return request.max_wait_ms <= 0 or total >= request.min_bytes or failed or total >= max_bytes
+
+
+def delayed_fetch(
+    ctx: BrokerContext, request: Any, targets: list[Target], starts: list[FetchPosition | None], sizes: list[int],
+    max_bytes: int, for_replica: bool,
+) -> DelayedFetch:  # fmt: skip
+    """The wait of a fetch whose first read found ``sizes`` from the positions ``starts`` (taken before it); the
+    caller watches it in a purgatory."""
     statuses = [
         FetchStatus((t.topic, t.partition), t.fetch_offset, partition_limit(t, max_bytes), start, size)
         for t, start, size in zip(targets, starts, sizes, strict=True)
         if start is not None
     ]
-    op = DelayedFetch(min(request.max_wait_ms, MAX_WAIT_CAP_MS), request.min_bytes, for_replica, statuses,
-                      lambda key: ctx.replicas.partition(*key))  # fmt: skip
-    ctx.replicas.fetch_purgatory.try_complete_else_watch(op, op.keys)
-    return PendingFetch(op, request.replica_id, request.replica_epoch, targets, max_bytes, read_all, sent)
+    return DelayedFetch(min(request.max_wait_ms, MAX_WAIT_CAP_MS), request.min_bytes, for_replica, statuses,
+                        lambda key: ctx.replicas.partition(*key))  # fmt: skip
 
 
 INLINE_CHECK_MAX_PARTITIONS = 64  # a larger fetch is never looked at for nothing_to_read
@@ -185,19 +205,32 @@ def nothing_to_read(ctx: BrokerContext, request: pb.FetchRequest) -> bool:
     """Whether every partition of ``request`` is led here and has nothing to read yet from its fetch offset
     (followers: at the log end; consumers: at the high watermark): the first read will find nothing and the
     fetch will wait, so the gRPC service may run it on its event loop. Looks at no more than
-    ``INLINE_CHECK_MAX_PARTITIONS`` partitions (False beyond); an unknown partition is False."""
-    for_replica = request.replica_id >= 0
+    ``INLINE_CHECK_MAX_PARTITIONS`` partitions (False beyond); an unknown partition is False, and so is a fetch
+    of no partition."""
+    named = ((topic.name, p.partition, p.fetch_offset) for topic in request.topics for p in topic.partitions)
+    return caught_up(ctx, named, request.replica_id >= 0, when_empty=False)
+
+
+def caught_up(
+    ctx: BrokerContext, positions: Iterable[tuple[str, int, int] | None], for_replica: bool, *, when_empty: bool
+) -> bool:  # fmt: skip
+    """Whether each ``(topic, partition, fetch offset)`` is of a partition here with nothing to read from that
+    offset (followers: at the log end; consumers: at the high watermark); False past
+    ``INLINE_CHECK_MAX_PARTITIONS`` of them, for None (a position not known) and for a partition not here;
+    ``when_empty`` for none at all."""
     count = 0
-    for topic in request.topics:
-        for p in topic.partitions:
-            count += 1
-            partition = ctx.replicas.partition(topic.name, p.partition)
-            if count > INLINE_CHECK_MAX_PARTITIONS or partition is None:
-                return False
-            end = partition.log_end_offset if for_replica else partition.high_watermark
-            if p.fetch_offset < end:
-                return False
-    return count > 0
+    for position in positions:
+        count += 1
+        if count > INLINE_CHECK_MAX_PARTITIONS or position is None:
+            return False
+        topic, partition_id, fetch_offset = position
+        partition = ctx.replicas.partition(topic, partition_id)
+        if partition is None:
+            return False
+        end = partition.log_end_offset if for_replica else partition.high_watermark
+        if fetch_offset < end:
+            return False
+    return when_empty if count == 0 else True
 
 
 def finish(ctx: BrokerContext, pending: PendingFetch[R]) -> R:

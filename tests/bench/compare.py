@@ -3,7 +3,7 @@
     python -m tests.bench.compare [--systems odradek-rf3,odradek-rf1,odradek-kafka-rf3,odradek-kafka-rf1,
         nats-r3,nats-r1,redis]
         [--workloads produce-100,produce-1k,consume-100,consume-1k,e2e-1k,e2e-10k,e2e-burst]
-        [--repeat 3] [--scale 1.0] [--install-peers] [--json-out FILE]
+        [--repeat 3] [--scale 1.0] [--install-peers] [--json-out FILE] [--client-cpus CPU[,CPU...]]
 
 In the spirit of the OpenMessaging Benchmark: every system gets the same workloads, record sizes and
 rates, from a client in its own process, on the same machine in the same run. The harness starts every
@@ -41,6 +41,9 @@ has one), e.g. ``git worktree add /tmp/base main~3`` then ``--tree base:/tmp/bas
 odradek-rf3@base,odradek-rf3``. ``odradek-kafka-rf3@NAME`` runs on that cluster too, but its client is
 librdkafka whatever the checkout (only the brokers' code differs). The clusters all run at once (the idle
 ones cost a little CPU).
+
+``--client-cpus 1`` runs every system's clients (the perf tools, the peers' clients) on CPU 1 only, the servers
+on every CPU as always: the same placement for every system's client.
 
 Every workload writes to a fresh topic or stream. With ``--repeat N`` the workloads run N rounds, the
 systems in a rotated order each round (so a slow drift of the machine does not favour one system), and
@@ -418,7 +421,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--install-peers", action="store_true", help="apt-get install nats-server and redis-server")
     parser.add_argument("--json-out", help="write every run's document to this file")
     parser.add_argument("--keep", action="store_true", help="keep the servers' directory (logs, data)")
+    parser.add_argument("--client-cpus", metavar="CPU[,CPU...]",
+                        help="run every system's clients on these CPUs only (the servers keep every CPU): what a "
+                        "client's threads spread over cores cost (docs/LATENCY.md)")  # fmt: skip
     args = parser.parse_args(argv)
+    client_cpus: set[int] | None = None
+    if args.client_cpus:
+        try:
+            client_cpus = {int(c) for c in args.client_cpus.split(",")}
+        except ValueError:
+            parser.error(f"--client-cpus {args.client_cpus}: CPU numbers, comma-separated")
+        if not client_cpus <= os.sched_getaffinity(0):
+            parser.error(f"--client-cpus {args.client_cpus}: not all of them are this process's CPUs")
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     names = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -454,13 +468,16 @@ def main(argv: list[str] | None = None) -> int:
     started_at, load_before = time.strftime("%Y-%m-%d %H:%M:%S %Z"), load()
     try:
         start_servers(run, systems, args)
+        if client_cpus is not None:  # the servers run already, on every CPU; the clients start from here
+            os.sched_setaffinity(0, client_cpus)
         results = run_rounds(run, systems, workloads, args.repeat)
     finally:
         run.stop()
     load_after = load()
     print(f"Comparison of {started_at}: {os.cpu_count()} cores, load average {load_before} before, {load_after} "
           f"after; {args.repeat} round(s){', medians (min-max)' if args.repeat > 1 else ''}; "
-          f"latencies in ms; ratios against {baseline}.")  # fmt: skip
+          f"latencies in ms; ratios against {baseline}"
+          + (f"; every client on CPU {args.client_cpus} only." if client_cpus else "."))  # fmt: skip
     for system, why in run.skipped.items():
         print(f"{system}: {why}")
     print(render(results, systems, workloads, baseline, args.repeat))

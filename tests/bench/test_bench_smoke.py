@@ -4,6 +4,7 @@ and stop every server, and print complete, sane output. No speed is asserted (fi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,20 @@ def test_compare_runs_a_cluster_from_another_checkout(tmp_path: Path) -> None:
     refused = run("tests.bench.compare", ["--tree", f"other:{tmp_path}", "--systems", "odradek-rf1@other"], 60)
     assert refused.returncode == 2
     assert "PATH a checkout of this repository" in refused.stderr
+
+
+def test_compare_runs_the_clients_on_the_cpus_asked(tmp_path: Path) -> None:
+    """``--client-cpus``: the clients start on those CPUs (the harness confines itself once the servers run), the
+    table says so; CPUs this process may not use are refused before anything starts."""
+    cpu = min(os.sched_getaffinity(0))
+    done = run("tests.bench.compare", ["--systems", "odradek-rf1", "--workloads", "e2e-1k", "--scale", str(SCALE),
+                                       "--controllers", "1", "--brokers", "1", "--client-cpus", str(cpu)])  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"every client on CPU {cpu} only" in done.stdout
+    assert any(line.startswith("e2e 1k/s 100 B") and "odradek-rf1" in line for line in done.stdout.splitlines())
+    refused = run("tests.bench.compare", ["--systems", "odradek-rf1", "--client-cpus", "4095"], 60)
+    assert refused.returncode == 2
+    assert "not all of them are this process's CPUs" in refused.stderr
 
 
 def test_the_kafka_peer_runs_through_the_kafka_listener(tmp_path: Path) -> None:
