@@ -26,7 +26,8 @@ from odradek.cli_support import (
     topic_partitions,
 )
 from odradek.errors import CliError, ConfigError, OdradekError
-from odradek.perf.consume import E2EConsumer, SendErrors, consume, e2e_produce, new_run_id
+from odradek.perf.consume import E2E_SWITCH_INTERVAL_S, E2EConsumer, SendErrors, consume, e2e_produce, new_run_id
+from odradek.perf.e2e_process import ConsumerProcess
 from odradek.perf.produce import LATENCY_SAMPLES, ProduceRun, default_sample_every, produce, producer_config
 from odradek.perf.stats import Recorder, latency_summary, result_document, summary_line
 from odradek.progress import Progress, add_progress_option, wanted
@@ -78,6 +79,9 @@ def add_perf_parser(commands: Any) -> None:
     e.add_argument("--timeout-ms", type=int, default=10000, metavar="T", help="give up after T ms without a record")
     e.add_argument("--producer-config", action="append", metavar="KEY=VALUE", help="any producer config")
     e.add_argument("--consumer-config", action="append", metavar="KEY=VALUE", help="any consumer config")
+    e.add_argument("--consumer-process", action="store_true",
+                   help="run the consumer in a process of its own, as a pipeline's consumer is: the producer and "
+                   "the consumer then do not share one Python interpreter (docs/LATENCY.md)")  # fmt: skip
     e.set_defaults(handler=run_e2e)
 
     for sub in (p, c, e):
@@ -198,7 +202,6 @@ def run_consume(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------ e2e
 
 
-E2E_SWITCH_INTERVAL_S = 0.0005  # the tool's threads (sender, fetcher, poller) hand records on without waiting 5 ms
 
 
 def run_e2e(args: argparse.Namespace) -> int:
@@ -212,6 +215,8 @@ def run_e2e(args: argparse.Namespace) -> int:
     recorder = _recorder(args, "received")
     with reaching(servers):
         partitions = topic_partitions(servers, args.topic)
+        if args.consumer_process:
+            return _e2e_with_consumer_process(args, partitions, consumer_cfg, producer_cfg, recorder)
         consumer = _client("Consumer", consumer_cfg)
         try:
             consumer.assign(partitions)
@@ -230,6 +235,30 @@ def run_e2e(args: argparse.Namespace) -> int:
         finally:
             consumer.close()
     return _e2e_report(args, thread, errors, first, recorder)
+
+
+def _e2e_with_consumer_process(args: argparse.Namespace, partitions: list[Any], consumer_cfg: dict[str, object],
+                               producer_cfg: dict[str, object], recorder: Recorder) -> int:  # fmt: skip
+    """``--consumer-process``: the consumer positioned at the end in its child first, then the same run."""
+    from odradek.cli_support import with_command_config
+
+    run_id = new_run_id()
+    child = ConsumerProcess(with_command_config("consumer", consumer_cfg), partitions, run_id, args.num_records,
+                            args.timeout_ms / 1000)  # fmt: skip
+    errors = SendErrors(time.perf_counter_ns)
+    try:
+        producer = _client("Producer", producer_cfg)
+        try:
+            _warm_up(producer, args.topic, args.timeout_ms / 1000)
+            gc.freeze()
+            first = e2e_produce(producer, args.topic, run_id, args.num_records, args.record_size, args.rate,
+                                time.perf_counter_ns, errors)  # fmt: skip
+        finally:
+            producer.close()
+        child.finish(args.timeout_ms / 1000, recorder)
+    finally:
+        child.close()
+    return _e2e_report(args, child, errors, first, recorder)
 
 
 def _warm_up(producer: Any, topic: str, timeout_s: float) -> None:
@@ -269,7 +298,7 @@ def _await_consumer(thread: E2EConsumer, recorder: Recorder, idle_s: float) -> N
             return
 
 
-def _e2e_report(args: argparse.Namespace, thread: E2EConsumer, errors: SendErrors, first: float,
+def _e2e_report(args: argparse.Namespace, thread: E2EConsumer | ConsumerProcess, errors: SendErrors, first: float,
                 recorder: Recorder) -> int:  # fmt: skip
     if thread.error is not None:
         raise CliError(f"the e2e consumer failed: {_reason(thread.error)}")

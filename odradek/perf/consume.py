@@ -3,7 +3,8 @@
 ``consume`` reads ``num_records`` records of a topic from its earliest offsets, every partition assigned
 (no group), counting keys and values as bytes; it stops early when ``timeout_s`` pass without a record.
 
-``e2e`` runs a producer (``linger.ms=0``, like Kafka's tool) and a consumer in the same process: the
+``e2e`` runs a producer (``linger.ms=0``, like Kafka's tool) and a consumer in the same process (with
+``--consumer-process``, the consumer in a child process: ``odradek.perf.e2e_process``): the
 consumer is positioned at the end of every partition first, then the producer sends ``num_records``
 records at ``rate`` a second, each carrying a run id, its sequence number and its send time (the
 ``perf_counter`` in ns), after one untimed warm-up record (connections and producer id ready). The consumer
@@ -21,12 +22,13 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from log import trace
 from odradek.perf.stats import Recorder, Throttle
 
 POLL_MS = 200
+E2E_SWITCH_INTERVAL_S = 0.0005  # the tool's threads (sender, fetcher, poller) hand records on without waiting 5 ms
 
 # e2e payload header, then padding up to --record-size:
 E2E_HEADER = struct.Struct(
@@ -73,11 +75,18 @@ def consume(consumer: Any, num_records: int, timeout_s: float, recorder: Recorde
     return ConsumeResult(records, nbytes, (last if records else clock()) - start, timed_out)
 
 
+class RecordSink(Protocol):
+    """Where :class:`E2EConsumer` puts each record's latency (a :class:`~odradek.perf.stats.Recorder`, or the
+    samples a consumer process sends back: ``odradek.perf.e2e_process``)."""
+
+    def record(self, latency_ms: float, nbytes: int, now: float, records: int = 1) -> None: ...
+
+
 class E2EConsumer(threading.Thread):
     """Polls the consumer (which only this thread touches once started) and records each of the run's
     records as it arrives; stops at ``num_records`` or when ``stop`` is set."""
 
-    def __init__(self, consumer: Any, run_id: bytes, num_records: int, recorder: Recorder,
+    def __init__(self, consumer: Any, run_id: bytes, num_records: int, recorder: RecordSink,
                  clock_ns: Callable[[], int]) -> None:  # fmt: skip
         super().__init__(name="odradek-perf-e2e-consumer", daemon=True)
         self.consumer = consumer

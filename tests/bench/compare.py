@@ -4,6 +4,7 @@
         nats-r3,nats-r1,redis]
         [--workloads produce-100,produce-1k,consume-100,consume-1k,e2e-1k,e2e-10k,e2e-burst]
         [--repeat 3] [--scale 1.0] [--install-peers] [--json-out FILE] [--client-cpus CPU[,CPU...]]
+        [--e2e-consumer-process]
 
 In the spirit of the OpenMessaging Benchmark: every system gets the same workloads, record sizes and
 rates, from a client in its own process, on the same machine in the same run. The harness starts every
@@ -42,6 +43,8 @@ odradek-rf3@base,odradek-rf3``. ``odradek-kafka-rf3@NAME`` runs on that cluster 
 librdkafka whatever the checkout (only the brokers' code differs). The clusters all run at once (the idle
 ones cost a little CPU).
 
+``--e2e-consumer-process`` runs Odradek's e2e workloads with ``odradek perf e2e --consumer-process`` (the
+consumer in a process of its own, as a pipeline's is; the peers' clients are one thread each either way).
 ``--client-cpus 1`` runs every system's clients (the perf tools, the peers' clients) on CPU 1 only, the servers
 on every CPU as always: the same placement for every system's client.
 
@@ -140,6 +143,7 @@ class Run:
     nats: NatsCluster | None = None
     redis: RedisServer | None = None
     skipped: dict[str, str] = field(default_factory=dict)
+    e2e_consumer_process: bool = False  # odradek perf e2e --consumer-process
 
     def stop(self) -> None:
         for server in (*self.odradek.values(), self.nats, self.redis):
@@ -237,6 +241,8 @@ def run_odradek(run: Run, system: str, w: Workload, round_no: int) -> dict[str, 
     else:
         args = ["e2e", "--topic", topic, "--num-records", str(w.records), "--rate", str(w.rate), "--record-size",
                 str(w.record_size), "--acks", "all"]  # fmt: skip
+        if run.e2e_consumer_process:
+            args.append("--consumer-process")
     done = cluster.perf(args, timeout_s)
     if done.returncode != 0:
         raise RuntimeError(done.stderr.decode().strip()[-500:] or f"exit status {done.returncode}")
@@ -421,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--install-peers", action="store_true", help="apt-get install nats-server and redis-server")
     parser.add_argument("--json-out", help="write every run's document to this file")
     parser.add_argument("--keep", action="store_true", help="keep the servers' directory (logs, data)")
+    parser.add_argument("--e2e-consumer-process", action="store_true",
+                        help="Odradek's e2e workloads with the consumer in a process of its own (odradek perf e2e "
+                        "--consumer-process); the peers' clients are one thread each either way")  # fmt: skip
     parser.add_argument("--client-cpus", metavar="CPU[,CPU...]",
                         help="run every system's clients on these CPUs only (the servers keep every CPU): what a "
                         "client's threads spread over cores cost (docs/LATENCY.md)")  # fmt: skip
@@ -464,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.chdir(ROOT)  # the workers run as python -m tests.bench.peers
     directory = tempfile.mkdtemp(prefix="odradek-compare-")
-    run = Run(Path(directory))
+    run = Run(Path(directory), e2e_consumer_process=args.e2e_consumer_process)
     started_at, load_before = time.strftime("%Y-%m-%d %H:%M:%S %Z"), load()
     try:
         start_servers(run, systems, args)
@@ -477,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Comparison of {started_at}: {os.cpu_count()} cores, load average {load_before} before, {load_after} "
           f"after; {args.repeat} round(s){', medians (min-max)' if args.repeat > 1 else ''}; "
           f"latencies in ms; ratios against {baseline}"
-          + (f"; every client on CPU {args.client_cpus} only." if client_cpus else "."))  # fmt: skip
+          + (f"; every client on CPU {args.client_cpus} only" if client_cpus else "")
+          + ("; Odradek's e2e consumer in a process of its own." if args.e2e_consumer_process else "."))  # fmt: skip
     for system, why in run.skipped.items():
         print(f"{system}: {why}")
     print(render(results, systems, workloads, baseline, args.repeat))

@@ -72,14 +72,20 @@ def test_compare_runs_a_cluster_from_another_checkout(tmp_path: Path) -> None:
     assert "PATH a checkout of this repository" in refused.stderr
 
 
-def test_compare_runs_the_clients_on_the_cpus_asked(tmp_path: Path) -> None:
+def test_compare_runs_the_clients_on_the_cpus_asked_and_the_consumer_apart(tmp_path: Path) -> None:
     """``--client-cpus``: the clients start on those CPUs (the harness confines itself once the servers run), the
-    table says so; CPUs this process may not use are refused before anything starts."""
+    table says so; CPUs this process may not use are refused before anything starts. ``--e2e-consumer-process``:
+    Odradek's e2e with its consumer in a process of its own, every record counted."""
     cpu = min(os.sched_getaffinity(0))
+    out = tmp_path / "compare.json"
     done = run("tests.bench.compare", ["--systems", "odradek-rf1", "--workloads", "e2e-1k", "--scale", str(SCALE),
-                                       "--controllers", "1", "--brokers", "1", "--client-cpus", str(cpu)])  # fmt: skip
+                                       "--controllers", "1", "--brokers", "1", "--client-cpus", str(cpu),
+                                       "--e2e-consumer-process", "--json-out", str(out)])  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"every client on CPU {cpu} only" in done.stdout
+    assert f"every client on CPU {cpu} only; Odradek's e2e consumer in a process of its own." in done.stdout
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["error"] == ""
+    check_document(result["doc"], "e2e", WORKLOADS["e2e-1k"].scaled(SCALE).records)
     assert any(line.startswith("e2e 1k/s 100 B") and "odradek-rf1" in line for line in done.stdout.splitlines())
     refused = run("tests.bench.compare", ["--systems", "odradek-rf1", "--client-cpus", "4095"], 60)
     assert refused.returncode == 2

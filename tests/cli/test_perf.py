@@ -4,7 +4,9 @@ the last stdout line is one JSON object with the keys docs/INTERFACE.md names; p
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -92,6 +94,27 @@ def test_perf_e2e(env: dict[str, str]) -> None:
     ack = doc["ack_latency_ms"]  # send to acknowledgement: the producer's side of the same records
     assert set(ack) == LATENCY_KEYS
     assert 0 < ack["p50"] <= ack["p99"] <= ack["max"]
+
+
+def test_perf_e2e_with_the_consumer_in_its_own_process(env: dict[str, str], tmp_path: Path) -> None:
+    """``--consumer-process``: the same document; the records are polled in a child process, as its trace file
+    shows (``log.trace`` writes one file per process: the child's has the run's ``e2e`` events, the tool's only
+    the acknowledgements)."""
+    traced = {**env, "ODRADEK_LATENCY_TRACE": str(tmp_path)}
+    doc = last_json(["e2e", "--topic", "perf", "--num-records", "300", "--rate", "300", "--consumer-process"], traced)
+    assert doc["records"] == 300
+    assert doc["sent"] == 300
+    assert doc["duplicates"] == 0
+    assert doc["errors"] == 0
+    assert 0 < doc["latency_ms"]["p50"] <= doc["latency_ms"]["p99"] <= doc["latency_ms"]["max"]
+    assert 0 < doc["ack_latency_ms"]["p50"] <= doc["ack_latency_ms"]["max"]
+    (child,) = tmp_path.glob("perf-e2e-consumer-*.trace")
+    (tool,) = tmp_path.glob("perf-e2e-[0-9]*.trace")
+    kinds = {name: Counter(line.split()[1] for line in path.read_text().splitlines()) for name, path in
+             (("child", child), ("tool", tool))}  # fmt: skip
+    assert kinds["child"]["e2e"] == 300
+    assert kinds["tool"]["e2e"] == 0
+    assert kinds["tool"]["ack"] == 300
 
 
 def test_perf_consume_reports_a_shortfall(env: dict[str, str]) -> None:
