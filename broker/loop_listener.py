@@ -65,8 +65,9 @@ class IdleTimer:
     def _check(self) -> None:
         if self._handle is None:
             return
-        due = (self._loop.time() if self._busy else self._idle_since) + self._timeout_s
-        if not self._busy and due <= self._loop.time():
+        now = self._loop.time()
+        due = (now if self._busy else self._idle_since) + self._timeout_s
+        if not self._busy and due <= now:
             self._handle = None
             self._on_idle()
             return

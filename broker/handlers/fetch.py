@@ -230,7 +230,7 @@ def caught_up(
         end = partition.log_end_offset if for_replica else partition.high_watermark
         if fetch_offset < end:
             return False
-    return when_empty if count == 0 else True
+    return count > 0 or when_empty
 
 
 def finish(ctx: BrokerContext, pending: PendingFetch[R]) -> R:

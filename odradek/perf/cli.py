@@ -26,7 +26,15 @@ from odradek.cli_support import (
     topic_partitions,
 )
 from odradek.errors import CliError, ConfigError, OdradekError
-from odradek.perf.consume import E2E_SWITCH_INTERVAL_S, E2EConsumer, SendErrors, consume, e2e_produce, new_run_id
+from odradek.perf.consume import (
+    E2E_SWITCH_INTERVAL_S,
+    E2EConsumer,
+    SendErrors,
+    consume,
+    e2e_produce,
+    new_run_id,
+    position_at_end,
+)
 from odradek.perf.e2e_process import ConsumerProcess
 from odradek.perf.produce import LATENCY_SAMPLES, ProduceRun, default_sample_every, produce, producer_config
 from odradek.perf.stats import Recorder, latency_summary, result_document, summary_line
@@ -202,8 +210,6 @@ def run_consume(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------ e2e
 
 
-
-
 def run_e2e(args: argparse.Namespace) -> int:
     _positive(args.num_records, "--num-records")
     trace.set_role("perf-e2e")  # log.trace, with ODRADEK_LATENCY_TRACE set
@@ -219,10 +225,7 @@ def run_e2e(args: argparse.Namespace) -> int:
             return _e2e_with_consumer_process(args, partitions, consumer_cfg, producer_cfg, recorder)
         consumer = _client("Consumer", consumer_cfg)
         try:
-            consumer.assign(partitions)
-            consumer.seek_to_end()
-            for tp in partitions:
-                consumer.position(tp)  # resolve the end offsets before the first record is sent
+            position_at_end(consumer, partitions)
             producer = _client("Producer", producer_cfg)
             try:
                 _warm_up(producer, args.topic, args.timeout_ms / 1000)

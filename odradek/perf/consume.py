@@ -75,6 +75,14 @@ def consume(consumer: Any, num_records: int, timeout_s: float, recorder: Recorde
     return ConsumeResult(records, nbytes, (last if records else clock()) - start, timed_out)
 
 
+def position_at_end(consumer: Any, partitions: list[Any]) -> None:
+    """Assign ``partitions`` at their end, the end offsets resolved before the first record is sent."""
+    consumer.assign(partitions)
+    consumer.seek_to_end()
+    for tp in partitions:
+        consumer.position(tp)
+
+
 class RecordSink(Protocol):
     """Where :class:`E2EConsumer` puts each record's latency (a :class:`~odradek.perf.stats.Recorder`, or the
     samples a consumer process sends back: ``odradek.perf.e2e_process``)."""

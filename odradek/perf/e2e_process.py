@@ -139,7 +139,7 @@ class ConsumerProcess:
 def main() -> int:
     """The child (see the module docstring)."""
     from odradek import Consumer
-    from odradek.perf.consume import E2E_SWITCH_INTERVAL_S, E2EConsumer
+    from odradek.perf.consume import E2E_SWITCH_INTERVAL_S, E2EConsumer, position_at_end
     from odradek.types import TopicPartition
 
     trace.set_role("perf-e2e-consumer")
@@ -147,11 +147,7 @@ def main() -> int:
     spec = json.loads(sys.stdin.readline())
     consumer = Consumer(spec["config"])
     try:
-        partitions = [TopicPartition(topic, partition) for topic, partition in spec["partitions"]]
-        consumer.assign(partitions)
-        consumer.seek_to_end()
-        for tp in partitions:
-            consumer.position(tp)  # resolved before the parent sends the first record
+        position_at_end(consumer, [TopicPartition(topic, partition) for topic, partition in spec["partitions"]])
         samples = Samples()
         thread = E2EConsumer(consumer, bytes.fromhex(spec["run_id"]), int(spec["num_records"]), samples,
                              time.perf_counter_ns)  # fmt: skip
