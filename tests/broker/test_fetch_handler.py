@@ -234,6 +234,29 @@ def test_a_consumer_long_poll_waits_for_the_high_watermark(harness: BrokerHarnes
     assert part(results[0]).records
 
 
+def test_the_high_watermark_answers_the_consumers_before_the_acks_all_producer(harness: BrokerHarness) -> None:
+    """When a follower's fetch moves the high watermark, the consumer fetches waiting for it complete before the
+    acks=all produce of the same records (``fetch.high_watermark_moved``): the record reaches its consumers first,
+    its producer's answer right after."""
+    harness.register(1)
+    harness.create_topic("t", replicas=[0, 1], isr=[0, 1])
+    order: list[str] = []
+    consumer = fetch.begin_grpc(harness.ctx, fetch_request([("t", 0, 0)], max_wait_ms=60_000))
+    assert isinstance(consumer, fetch.PendingFetch)
+    consumer.op.add_done_callback(lambda: order.append("consumer fetch"))
+    started = produce.begin(harness.ctx, produce_request("t", batch([b"a"]), acks=-1, timeout_ms=60_000))
+    assert isinstance(started, produce.PendingProduce)
+    operation = started.pending.operation
+    assert operation is not None
+    operation.add_done_callback(lambda: order.append("produce"))
+    fetch.handle(harness.ctx, follower_request(harness, 0))  # the follower reads the record
+    assert order == []  # neither is committed yet
+    fetch.handle(harness.ctx, follower_request(harness, 1))  # HW -> 1
+    assert order == ["consumer fetch", "produce"]
+    assert part(fetch.finish_grpc(harness.ctx, consumer)).records
+    assert not answer(produce.finish(started)).error.code
+
+
 def test_a_woken_fetch_says_how_much_is_ready_to_read(harness: BrokerHarness) -> None:
     """``DelayedFetch.ready_bytes``: the bytes case D counted (the gRPC service reads that much on its event loop
     when it is at most ``fetch.inline.read.max.bytes``); 0 when the timer completed the fetch."""
