@@ -12,7 +12,13 @@ fetches there, and a follower's report completes the waiting acks=all produces, 
 Security, by ``listener.security.protocol.map``, as a gRPC listener of the same protocol: PLAINTEXT is
 ``User:ANONYMOUS``; SSL is the client certificate's principal (``ssl.principal.mapping.rules``; ``User:ANONYMOUS``
 without a certificate), and a certificate the rules refuse closes the connection. SASL_PLAINTEXT and SASL_SSL
-are a ConfigError at construction: there is no SASL exchange here (SASL clients produce and fetch on gRPC).
+take the principal of a session token (``common.framing``: an AUTH frame carrying what SaslAuthenticate on this
+broker's gRPC listener answered, checked with the node's key as the gRPC guard checks ``authorization: Bearer``);
+on SASL_SSL a verified client certificate also names the principal, as on gRPC. Without either, a request
+answers ERROR SASL_AUTHENTICATION_FAILED and the connection closes; so does a refused AUTH (forged, from another
+node or a restarted one, expired; or a re-authentication naming another principal, KIP-368). A request that
+arrives after the session's expiry closes the connection unanswered (Kafka closes a connection whose session
+expired; the client re-authenticates before that, with a new token in an AUTH frame ahead of its next request).
 With an authorizer, each request is checked by its gRPC RPC's rule (``controller/security/rules.py``); a refusal
 answers ERROR ``"<KAFKA_ERROR_CODE>: <message>"`` (the details of a refused gRPC call), changes nothing, and the
 connection stays open. A Fetch with ``replica_id`` other than -1 answers ERROR INVALID_REQUEST: followers fetch
@@ -41,6 +47,7 @@ import contextlib
 import logging
 import socket
 import ssl
+import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -48,8 +55,9 @@ from google.protobuf.message import DecodeError
 
 from broker.context import BrokerContext
 from broker.loop_listener import ANONYMOUS, START_TIMEOUT_S, IdleTimer, LoopListener, NoContext
-from common.framing import DATA, ERROR, FETCH, KINDS, OK, PRODUCE, SIZE
+from common.framing import AUTH, DATA, ERROR, FETCH, KINDS, OK, PRODUCE, SIZE
 from controller.security.rules import BROKER_RULES, Check
+from controller.security.token import TokenError, TokenSigner
 from metadata.configs import ConfigError
 from proto import broker_pb2 as pb
 
@@ -77,6 +85,16 @@ def error_frame(code: str, message: str) -> bytes:
     return answer_frame(ERROR, f"{code}: {message}".encode())
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _done(loop: asyncio.AbstractEventLoop, answer: _Answer) -> asyncio.Future[_Answer]:
+    future: asyncio.Future[_Answer] = loop.create_future()
+    future.set_result(answer)
+    return future
+
+
 class _Closing(Exception):
     """What the client sent breaks the wire: the connection closes (logged at INFO)."""
 
@@ -89,7 +107,8 @@ class _Connection:
     writer: asyncio.StreamWriter
     who: str  # host:port, for the logs
     host: str  # for the authorizer's host match
-    principal: str = ANONYMOUS
+    principal: str | None = ANONYMOUS  # None: a SASL listener's connection not authenticated yet
+    expires_ms: int | None = None  # when its SASL session ends (wall clock, ms); None: no session
     answers: asyncio.Queue[asyncio.Future[_Answer] | None] = field(default_factory=asyncio.Queue)  # in request order
     slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_PIPELINED))
     idle: IdleTimer | None = None  # busy from a request read to its answer written
@@ -98,15 +117,17 @@ class _Connection:
 class DataListener(LoopListener):
     """The ``DATA`` listener named ``name`` on ``listen``, served on ``loop`` by ``service`` (a
     :class:`~broker.service.BrokerService`; see the module docstring). ``ConfigError`` at construction for a
-    SASL protocol."""
+    SASL protocol on a node without a SASL authority (no key to check session tokens with)."""
 
     def __init__(self, ctx: BrokerContext, name: str, listen: str, service: Any, loop: asyncio.AbstractEventLoop):
         protocol = ctx.security.protocol(name)
+        self.signer: TokenSigner | None = None
         if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-            raise ConfigError("listener.security.protocol.map", f"listener {name} is {protocol}: the data "
-                              "listener has no SASL exchange, so it must be PLAINTEXT or SSL (clients that "
-                              "authenticate by SASL produce and fetch on their gRPC listener)")  # fmt: skip
-        super().__init__(ctx, name, listen, service, loop, tls=protocol == "SSL")
+            self.signer = getattr(getattr(ctx.guard, "authority", None), "signer", None)
+            if self.signer is None:
+                raise ConfigError("listener.security.protocol.map", f"listener {name} is {protocol}, but this node "
+                                  "has no SASL authority to check session tokens with")  # fmt: skip
+        super().__init__(ctx, name, listen, service, loop, tls=protocol in ("SSL", "SASL_SSL"))
         self.protocol = protocol
         self._connections: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}  # each with its _serve task
 
@@ -141,6 +162,8 @@ class DataListener(LoopListener):
         writing: asyncio.Task[None] | None = None
         try:
             conn.principal = self._principal(writer)
+            if self.signer is not None and (conn.principal == ANONYMOUS or self.protocol == "SASL_PLAINTEXT"):
+                conn.principal = None  # SASL: a session token first (a verified certificate will do on SASL_SSL)
             reading = asyncio.ensure_future(self._read(conn))
             writing = asyncio.ensure_future(self._write(conn))
             done, _ = await asyncio.wait((reading, writing), return_when=asyncio.FIRST_COMPLETED)
@@ -190,6 +213,17 @@ class DataListener(LoopListener):
                 raise _Closing(f"a request of {size} bytes (socket.request.max.bytes is {self.max_request_bytes})")
             payload = memoryview(await reader.readexactly(size))
             kind, message = payload[0], cast(bytes, payload[1:])  # protobuf parses any buffer: no copy
+            assert conn.idle is not None
+            if kind == AUTH or conn.principal is None or conn.expires_ms is not None:
+                refusal = self._authenticate(conn, message) if kind == AUTH else self._unauthenticated(conn)
+                if refusal is not None or kind == AUTH:
+                    conn.idle.busy()
+                    answer = refusal or answer_frame(OK, b"")
+                    conn.answers.put_nowait(_done(self._loop, (answer, refusal is not None)))
+                    if refusal is not None:
+                        conn.answers.put_nowait(None)
+                        return True  # the answers before it, then the refusal, then the connection closes
+                    continue
             request: pb.ProduceRequest | pb.FetchRequest
             try:
                 if kind == PRODUCE:
@@ -200,10 +234,40 @@ class DataListener(LoopListener):
                     raise _Closing(f"a request of unknown kind {kind}")
             except DecodeError as exc:
                 raise _Closing(f"a {KINDS[kind]} request that does not parse: {exc}") from None
-            assert conn.idle is not None
             conn.idle.busy()
             # started now, in the order read: a Produce's appends run before the next request's (ProduceStream)
-            conn.answers.put_nowait(asyncio.ensure_future(self._handle(kind, request, conn)))
+            conn.answers.put_nowait(asyncio.ensure_future(self._handle(kind, request, conn, conn.principal)))
+
+    def _authenticate(self, conn: _Connection, message: bytes) -> bytes | None:
+        """An AUTH frame: the connection's principal and session from its token; the refusal's frame, if any."""
+        if self.signer is None:
+            return error_frame("ILLEGAL_SASL_STATE", f"listener {self.name} is {self.protocol}: no SASL here")
+        try:
+            session = self.signer.verify(bytes(message).decode("utf-8"), _now_ms())
+        except UnicodeDecodeError:
+            reason = "malformed session token"
+        except TokenError as exc:
+            reason = str(exc)
+        else:
+            if conn.expires_ms is not None and session.principal != conn.principal:
+                reason = (f"re-authentication as {session.principal} on a connection of {conn.principal}: the "
+                          "principal of a connection cannot change (KIP-368)")  # fmt: skip
+            else:
+                conn.principal, conn.expires_ms = session.principal, session.expires_ms
+                return None
+        logger.info("data listener: closing %s: SASL authentication failed: %s", conn.who, reason)
+        return error_frame("SASL_AUTHENTICATION_FAILED", reason)
+
+    def _unauthenticated(self, conn: _Connection) -> bytes | None:
+        """A request on a connection of a SASL listener: None when its session allows it, else the refusal's frame
+        (not authenticated), or ``_Closing`` (the session expired: closed unanswered, as Kafka does)."""
+        if conn.principal is None:
+            logger.info("data listener: closing %s: a request before SASL authentication", conn.who)
+            return error_frame("SASL_AUTHENTICATION_FAILED", f"listener {self.name} is {self.protocol}: "
+                               "authenticate first (an AUTH frame with a session token)")  # fmt: skip
+        if conn.expires_ms is not None and _now_ms() >= conn.expires_ms:
+            raise _Closing(f"the SASL session of {conn.principal} expired (connections.max.reauth.ms)")
+        return None
 
     async def _write(self, conn: _Connection) -> None:
         """Write the answers in request order until the reader's end (None) or an answer that closes."""
@@ -225,7 +289,7 @@ class DataListener(LoopListener):
             assert conn.idle is not None
             conn.idle.idle()
 
-    async def _handle(self, kind: int, request: Any, conn: _Connection) -> _Answer:
+    async def _handle(self, kind: int, request: Any, conn: _Connection, principal: str | None) -> _Answer:
         """One request's answer frame; an unexpected error answers UNKNOWN_SERVER_ERROR and closes."""
         try:
             if kind == FETCH and request.replica_id != CONSUMER:
@@ -234,7 +298,8 @@ class DataListener(LoopListener):
                                    "the REPLICATION listener"), False  # fmt: skip
             guard = self.ctx.guard
             if guard is not None and guard.authorizer is not None:
-                check = Check(guard.authorizer.current(), conn.principal, conn.host)
+                assert principal is not None
+                check = Check(guard.authorizer.current(), principal, conn.host)
                 denial = BROKER_RULES[KINDS[kind]](request, check)
                 if denial is not None:
                     return error_frame(denial.code, denial.message), False

@@ -17,13 +17,21 @@ Every frame::
 order they came, as a Kafka connection::
 
     request := kind:uint8 message          kind PRODUCE (1): a ProduceRequest; kind FETCH (2): a FetchRequest
-                                           (a consumer's: replica_id -1)
-    answer  := status:uint8 body           status OK (0): the serialized ProduceResponse / FetchResponse;
-                                           status ERROR (1): UTF-8 "<KAFKA_ERROR_CODE>: <message>", the request
-                                           refused as a whole (as the details of a refused gRPC call)
+                                           (a consumer's: replica_id -1); kind AUTH (3): the UTF-8 session
+                                           token of a SASL exchange with the same broker
+    answer  := status:uint8 body           status OK (0): the serialized ProduceResponse / FetchResponse (empty
+                                           for AUTH); status ERROR (1): UTF-8 "<KAFKA_ERROR_CODE>: <message>",
+                                           the request refused as a whole (as the details of a refused gRPC call)
 
 A frame over the listener's ``socket.request.max.bytes``, an unknown kind or a message that does not parse
 closes the connection (nothing of that request was read or changed).
+
+On a SASL listener (SASL_PLAINTEXT, SASL_SSL) a connection authenticates with AUTH before its first request: the
+token is what SaslAuthenticate on the broker's gRPC listener answered (``controller.security.token``: signed by
+that broker, valid until its expiry), and the connection's principal is the token's. A later AUTH re-authenticates
+(KIP-368) and must name the same principal. A refused AUTH answers ERROR SASL_AUTHENTICATION_FAILED and the
+connection closes; so does a request before any AUTH; a request after the session expired closes the connection
+without an answer (the client re-authenticates before that).
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ DATA = "DATA"  # the name of the clients' framed listener
 # DATA request kinds
 PRODUCE = 1
 FETCH = 2
-KINDS = {PRODUCE: "Produce", FETCH: "Fetch"}
+AUTH = 3
+KINDS = {PRODUCE: "Produce", FETCH: "Fetch", AUTH: "Authenticate"}
 
 # DATA answer status
 OK = 0

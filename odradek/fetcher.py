@@ -392,7 +392,7 @@ class Fetcher:
             del self._links[node]
             link = None
         if link is None and address:
-            link = self._links[node] = self._client.data_link(address, self._max_answer_bytes, "consumer")
+            link = self._links[node] = self._client.data_link(node, address, self._max_answer_bytes, "consumer")
         return link
 
     def _finished(self, request: _FetchRequest) -> None:

@@ -369,7 +369,7 @@ class Sender:
             return link
         if not address or self._in_flight.get(node, 0) > 1:  # this request is counted already
             return None
-        link = self._links[node] = self._client.data_link(address, DATA_ANSWER_BYTES, "producer")
+        link = self._links[node] = self._client.data_link(node, address, DATA_ANSWER_BYTES, "producer")
         return link
 
     def _stream_for(self, stub: Any, address: str) -> OrderedStream:

@@ -66,12 +66,10 @@ def broker_node(broker: BrokerRegistration, listener: str = LISTENER, data: bool
 
 def offers_data(ctx: BrokerContext, listener: str) -> bool:
     """Whether clients of ``listener`` are told of the brokers' ``DATA`` listeners: only when that listener has
-    the same security protocol as theirs (a client of an SSL listener is never sent to a plaintext one; the
-    listener names mean the same on every broker, as in Kafka), and never for SASL (the DATA listener has no
-    SASL exchange: those clients stay on gRPC)."""
+    the same security protocol as theirs (a client of an SSL listener is never sent to a plaintext one, nor a
+    SASL client to a listener without SASL; the listener names mean the same on every broker, as in Kafka)."""
     try:
-        protocol = ctx.security.protocol(DATA)
-        return protocol in ("PLAINTEXT", "SSL") and protocol == ctx.security.protocol(listener)
+        return ctx.security.protocol(DATA) == ctx.security.protocol(listener)
     except ValueError:  # ConfigError: a listener map without DATA
         return False
 

@@ -10,8 +10,8 @@ Port plan from ``--base-port B`` (default 9092), every address on 127.0.0.1::
     broker i, metrics           B + 500 + i    (9592, ...: http://HOST:PORT/metrics)
     controller i, metrics       B + 600 + i    (9692, ...)
     broker i, replication       B + 700 + i    (9792, ...: followers fetch here, broker.replication_link)
-    broker i, data              B + 800 + i    (9892, ...: the clients' Produce and Fetch on TCP frames; not with
-                                                --security sasl_ssl, whose clients authenticate by SASL on gRPC)
+    broker i, data              B + 800 + i    (9892, ...: the clients' Produce and Fetch on TCP frames; with
+                                                --security sasl_ssl SASL_SSL, the clients' session tokens)
 
 (a node's metrics port is its gRPC port + 500).
 
@@ -60,7 +60,7 @@ class NodePlan:
     metrics: str = ""
     internal_listen: str = ""  # --security sasl_ssl: a broker's inter-broker listener (SSL)
     replication_listen: str = ""  # a broker's REPLICATION listener ("" in a layout from before it existed)
-    data_listen: str = ""  # a broker's DATA listener ("" in a layout from before it existed, or sasl_ssl)
+    data_listen: str = ""  # a broker's DATA listener ("" in a layout from before it existed)
 
     @property
     def name(self) -> str:
@@ -172,8 +172,7 @@ def plan_cluster(
                      internal_listen=f"{_host(hosts, 'broker', i)}:{base_port + INTERNAL_PORT_OFFSET + i}"
                      if security == "sasl_ssl" else "",
                      replication_listen=f"{_host(hosts, 'broker', i)}:{base_port + REPLICATION_PORT_OFFSET + i}",
-                     data_listen=f"{_host(hosts, 'broker', i)}:{base_port + DATA_PORT_OFFSET + i}"
-                     if security != "sasl_ssl" else "")
+                     data_listen=f"{_host(hosts, 'broker', i)}:{base_port + DATA_PORT_OFFSET + i}")
             for i in range(brokers)
         ),
     )

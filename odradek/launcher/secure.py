@@ -88,8 +88,9 @@ class Secured:
             return [*common, "listener.security.protocol.map=PLAINTEXT:SSL,KAFKA:SSL,REPLICATION:SSL,DATA:SSL,"
                     "CONTROLLER:SSL"]  # fmt: skip
         return [*common, "listener.security.protocol.map=PLAINTEXT:SSL,CLIENT:SASL_SSL,KAFKA:SASL_SSL,REPLICATION:SSL,"
-                "CONTROLLER:SSL",
-                "listener.name.client.ssl.client.auth=none", "listener.name.kafka.ssl.client.auth=none"]  # fmt: skip
+                "DATA:SASL_SSL,CONTROLLER:SSL",
+                "listener.name.client.ssl.client.auth=none", "listener.name.kafka.ssl.client.auth=none",
+                "listener.name.data.ssl.client.auth=none"]  # fmt: skip
 
     def admin_certificate_config(self) -> dict[str, object]:
         """The admin's client config by certificate (what ``up`` itself uses)."""

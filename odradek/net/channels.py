@@ -18,7 +18,7 @@ import grpc
 from odradek.errors import IllegalStateError
 from odradek.security.channels import channel_credentials
 from odradek.security.config import SecurityConfig
-from odradek.security.sasl_client import sasl_channel
+from odradek.security.sasl_client import SaslSession, sasl_channel
 from odradek.version import __version__
 from proto import broker_pb2_grpc
 
@@ -60,6 +60,7 @@ class ChannelPool:
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, Any] = {}
+        self._sessions: dict[str, SaslSession] = {}  # by address, with SASL
         self._closed = False
 
     def stub(self, address: str) -> Any:
@@ -76,10 +77,17 @@ class ChannelPool:
                 else:
                     channel = grpc.secure_channel(address, self._credentials, options=self._options)
                 if self._security is not None:
-                    channel = sasl_channel(channel, self._security)  # a SASL session per node
+                    channel, session = sasl_channel(channel, self._security)  # a SASL session per node
+                    if session is not None:
+                        self._sessions[address] = session
                 self._channels[address] = channel
                 stub = self._stubs[address] = _new_stub(channel)
             return stub
+
+    def sasl_session(self, address: str) -> SaslSession | None:
+        """The SASL session of the node at ``address`` (its channel's; made with it), None without SASL."""
+        self.stub(address)
+        return self._sessions.get(address)
 
     def close(self) -> None:
         with self._lock:

@@ -143,9 +143,8 @@ class ClusterClient:
         self._version = 0
         self._rotation = itertools.count()
         self._suspects: dict[str, float] = {}  # address -> until when (monotonic ms) it is asked last
-        # DATA listeners (odradek.net.data_link): not for SASL (no SASL exchange there); the TLS of the channels
-        self._data_enabled = security is None or not security.sasl
-        self._data_tls = tls_context(security) if security is not None and self._data_enabled else None
+        # DATA listeners (odradek.net.data_link): the TLS of the channels, and with SASL each node's session
+        self._data_tls = tls_context(security) if security is not None else None
         self._data_down: dict[str, float] = {}  # DATA address -> until when (monotonic ms) gRPC is used instead
         self._name = name
 
@@ -257,9 +256,9 @@ class ClusterClient:
         return self.pool.stub(address), address
 
     def data_address(self, node_id: int) -> str:
-        """Where Produce and Fetch for ``node_id`` go on TCP frames (its DATA listener), "" for gRPC: it has none,
-        this client uses SASL, or it could not be reached a moment ago (:meth:`data_unreachable`)."""
-        address = self._cluster.data_address(node_id) if self._data_enabled else ""
+        """Where Produce and Fetch for ``node_id`` go on TCP frames (its DATA listener), "" for gRPC: it has none
+        for this client's listener, or it could not be reached a moment ago (:meth:`data_unreachable`)."""
+        address = self._cluster.data_address(node_id)
         if address and self._data_down:
             until = self._data_down.get(address)
             if until is not None:
@@ -268,10 +267,12 @@ class ClusterClient:
                 self._data_down.pop(address, None)
         return address
 
-    def data_link(self, address: str, max_answer_bytes: int, role: str) -> DataLink:
-        """A new connection to the DATA listener at ``address`` (opened by its first request; the caller owns
-        it and closes it)."""
-        return DataLink(address, self._data_tls, max_answer_bytes, f"{self._name}-{role}-{address}")
+    def data_link(self, node_id: int, address: str, max_answer_bytes: int, role: str) -> DataLink:
+        """A new connection to the DATA listener of ``node_id`` at ``address`` (opened by its first request; the
+        caller owns it and closes it); with SASL it authenticates with the session of the node's channel."""
+        grpc_address = self._cluster.address(node_id)
+        session = self.pool.sasl_session(grpc_address) if grpc_address is not None else None
+        return DataLink(address, self._data_tls, max_answer_bytes, f"{self._name}-{role}-{address}", session)
 
     def data_unreachable(self, address: str, error: BaseException) -> None:
         """No connection to the DATA listener at ``address`` could be opened: requests to that broker go on gRPC

@@ -28,6 +28,14 @@ request waiting on the connection.
   caller). So the reader wakes only for answers, for deadlines and once per such timeout while idle; only a
   request whose deadline comes before the reader's wake-up time (a shorter timeout than any before) writes a
   byte to a wake-up socket pair the reader also waits on. No polling, and no wake-up per request.
+- **SASL** (a ``session``: the client's SASL session with the same broker, ``odradek.security.sasl_client``): a
+  connection authenticates with an AUTH frame carrying the session's token ahead of its first request, and again
+  ahead of the first request after the session renewed its token (KIP-368's re-authentication, before the old
+  one expires); the frames go out together and are answered in order. A refused AUTH makes the session forget
+  its token (the broker restarted, or the session expired) and the broker closes the connection: the requests
+  behind it fail with NetworkError and are retried, the next one authenticating anew. A token that cannot be
+  had (the SASL exchange failed: wrong credentials, the broker unreachable) fails the request with that error,
+  unsent.
 - **TLS** runs on memory BIOs (``ssl.SSLContext.wrap_bio``), the socket's I/O outside them: an OpenSSL
   connection must not be read on one thread while written on another, and the reader and the callers do both
   at once (an ``SSLSocket`` shared that way can corrupt or crash). Encryption and decryption take a short
@@ -52,12 +60,12 @@ import time
 from collections import deque
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from google.protobuf.message import DecodeError
 
-from common.framing import ERROR, FETCH, KINDS, OK, PRODUCE, SIZE, split_host_port
-from odradek.errors import KafkaError, NetworkError, error_from_code
+from common.framing import AUTH, ERROR, FETCH, KINDS, OK, PRODUCE, SIZE, split_host_port
+from odradek.errors import KafkaError, NetworkError, SaslAuthenticationFailedError, error_from_code
 from proto import broker_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -66,13 +74,26 @@ CONNECT_TIMEOUT_S = 5.0  # at most, for the TCP connect and the TLS handshake to
 MIN_IDLE_WAIT_S = 1.0  # the reader's wait with nothing pending is never shorter (see the module docstring)
 MAX_WAIT_S = 300.0  # nor any of its waits longer (a selector takes no infinite timeout)
 CHUNK = 256 * 1024  # the most one read takes from the socket
-_ANSWERS: dict[int, Any] = {PRODUCE: pb.ProduceResponse, FETCH: pb.FetchResponse}
+_ANSWERS: dict[int, Any] = {PRODUCE: pb.ProduceResponse, FETCH: pb.FetchResponse}  # AUTH's answer is empty
 _CODE = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
 class DataLinkUnreachable(NetworkError):
     """No connection to the DATA listener could be opened (refused, unreachable, no TLS handshake in time or a
     refused one): the request was not sent, and the caller may send on gRPC instead for a while."""
+
+
+class SaslTokens(Protocol):
+    """A SASL session with one broker (``odradek.security.sasl_client.SaslSession``)."""
+
+    def token(self) -> str:
+        """A current session token (authenticating first when there is none or it is due for renewal); raises
+        the KafkaError of a failed exchange."""
+        ...
+
+    def forget(self, token: str) -> None:
+        """The broker refused ``token``: the next :meth:`token` authenticates again."""
+        ...
 
 
 class _Broken(Exception):
@@ -180,6 +201,7 @@ class _Connection:
         self.wake_at = 0.0  # when the reader's current wait ends (written by the reader under DataLink._lock)
         self.woken = False  # a wake-up byte was written since the reader last looked
         self.idle_wait_s = max(MIN_IDLE_WAIT_S, idle_wait_s)  # the reader's wait with nothing pending
+        self.token = ""  # the SASL session token last sent on it (guarded by DataLink._start_lock)
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)  # written under DataLink._lock: never blocks
@@ -205,10 +227,15 @@ class _Connection:
 class DataLink:
     """A connection to the DATA listener at ``address`` (``host:port``), opened by the first :meth:`start` and
     again after a failure; ``tls``: the client's TLS context (None: plaintext); ``max_answer_bytes``: the largest
-    answer frame accepted; ``name`` names the reader threads (``<name>-reader``) and the log lines."""
+    answer frame accepted; ``name`` names the reader threads (``<name>-reader``) and the log lines; ``session``:
+    the client's SASL session with this broker (None: no SASL)."""
 
-    def __init__(self, address: str, tls: ssl.SSLContext | None, max_answer_bytes: int, name: str) -> None:
+    def __init__(
+        self, address: str, tls: ssl.SSLContext | None, max_answer_bytes: int, name: str,
+        session: SaslTokens | None = None,
+    ) -> None:  # fmt: skip
         self.address = address
+        self._session = session
         self._tls = tls
         self._max_answer_bytes = max_answer_bytes
         self._name = name
@@ -228,11 +255,19 @@ class DataLink:
         :data:`~common.framing.FETCH`: a FetchRequest) after the requests started before it; the future
         completes with its ProduceResponse or FetchResponse, or fails (the module docstring): a KafkaError for
         a refusal, :class:`DataLinkUnreachable` when no connection could be opened, NetworkError when the link
-        is closed or the connection failed or was not answered within ``timeout_s``."""
-        if kind not in KINDS:
+        is closed or the connection failed or was not answered within ``timeout_s``; with SASL, the error of a
+        session token that could not be had."""
+        if kind not in (PRODUCE, FETCH):
             raise ValueError(f"unknown DATA request kind {kind}")
-        deadline = time.monotonic() + timeout_s
         future: Future[Any] = Future()
+        token = ""
+        if self._session is not None:
+            try:
+                token = self._session.token()
+            except KafkaError as exc:
+                future.set_exception(exc)
+                return future
+        deadline = time.monotonic() + timeout_s
         request = _Request(future, kind, timeout_s, deadline)
         body = message.SerializeToString()
         data = b"".join((SIZE.pack(len(body) + 1), bytes((kind,)), body))
@@ -267,6 +302,8 @@ class DataLink:
                     self._fail(conn, f"no reader for the connection to {self.address}: {exc}")
                     conn.discard()
                     return future
+            if token != conn.token:  # a new connection, or a renewed session: authenticate first
+                data = self._authenticate(conn, token, timeout_s) + data
             try:
                 with conn.send_lock:
                     if conn.sock_closed:
@@ -275,6 +312,28 @@ class DataLink:
             except OSError as exc:  # reset, or shut down by close() or a deadline (the request failed already)
                 self._fail(conn, f"sending to {self.address} failed: {exc!r}; the connection was closed")
         return future
+
+    def _authenticate(self, conn: _Connection, token: str, timeout_s: float) -> bytes:
+        """The AUTH frame carrying ``token``, its request placed in ``conn``'s FIFO ahead of the one being started
+        (under ``_start_lock``, on a connection that has its reader)."""
+        auth: _Request = _Request(Future(), AUTH, timeout_s, time.monotonic() + timeout_s)
+        with self._lock:
+            if conn.dead:  # failed meanwhile: the request behind it fails with it, this frame never goes out
+                return b""
+            pending = conn.pending
+            self._enqueue_locked(conn, auth)
+            pending[-1], pending[-2] = pending[-2], pending[-1]  # ahead of the request just queued, as they go out
+        session = self._session
+        assert session is not None
+
+        def refused(done: Future[Any]) -> None:
+            if isinstance(done.exception(), SaslAuthenticationFailedError):
+                session.forget(token)  # the broker does not take it (it restarted, or the session ended)
+
+        auth.future.add_done_callback(refused)
+        conn.token = token
+        encoded = token.encode("utf-8")
+        return b"".join((SIZE.pack(len(encoded) + 1), bytes((AUTH,)), encoded))
 
     def _enqueue_locked(self, conn: _Connection, request: _Request) -> None:
         conn.pending.append(request)
@@ -412,6 +471,8 @@ class DataLink:
         status = inbox[SIZE.size]
         what = f"{KINDS[kind]} to {self.address}"
         with memoryview(inbox) as view, view[SIZE.size + 1 : end] as body:
+            if status == OK and kind == AUTH:
+                return None
             if status == OK:
                 response = _ANSWERS[kind]()
                 try:

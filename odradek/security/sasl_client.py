@@ -220,8 +220,10 @@ class SaslClientInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamC
         return outcome
 
 
-def sasl_channel(channel: grpc.Channel, security: SecurityConfig) -> grpc.Channel:
-    """``channel`` with a SASL session when ``security`` asks for SASL, else ``channel`` itself."""
+def sasl_channel(channel: grpc.Channel, security: SecurityConfig) -> tuple[grpc.Channel, SaslSession | None]:
+    """``channel`` with a SASL session when ``security`` asks for SASL, and the session (its tokens also
+    authenticate the node's DATA connections, ``odradek.net.data_link``); else ``channel`` itself and None."""
     if not security.sasl:
-        return channel
-    return grpc.intercept_channel(channel, SaslClientInterceptor(SaslSession(channel, security)))
+        return channel, None
+    session = SaslSession(channel, security)
+    return grpc.intercept_channel(channel, SaslClientInterceptor(session)), session

@@ -2,7 +2,8 @@
 scripted service in place of the BrokerService: answers in request order with the appends in request order,
 back-pressure at MAX_PIPELINED, the refusals that keep the connection (a follower's fetch, the authorizer) and
 the ones that close it (a frame that breaks the wire, a failing handler, idleness, max.connections, stop), the
-principal under SSL, and the start-up refusal of SASL protocols."""
+principal under SSL, and under SASL the AUTH frame's session token (the principal, re-authentication, refusals,
+expiry)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.data_listener import MAX_PIPELINED, NAME, DataListener, is_data_listener
-from common.framing import ERROR, FETCH, OK, PRODUCE, SIZE, frame, recv_exactly
+from common.framing import AUTH, ERROR, FETCH, OK, PRODUCE, SIZE, frame, recv_exactly
 from controller.security.authorizer import Authorizer
 from controller.security.interceptor import AuthorizerCache
 from controller.security.principal_rules import PrincipalMapper
 from controller.security.settings import NodeSecurity
+from controller.security.token import TokenSigner
 from metadata.acl import AccessControlEntry, AclBinding, AclOperation, AclPermissionType, PatternType
 from metadata.acl import ResourcePattern as P
 from metadata.acl import ResourceType as Rt
@@ -137,6 +139,9 @@ class Client:
 
     def send(self, kind: int, message: pb.ProduceRequest | pb.FetchRequest) -> None:
         self.sock.sendall(frame(bytes((kind,)) + message.SerializeToString()))
+
+    def authenticate(self, session_token: str) -> None:
+        self.sock.sendall(frame(bytes((AUTH,)) + session_token.encode()))
 
     def answer(self) -> tuple[int, bytes]:
         """The next answer: (status, body); fails when the listener closed the connection instead."""
@@ -469,11 +474,137 @@ def test_connections_beyond_max_connections_are_refused(serve: Serve, caplog: py
 
 
 @pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
-def test_sasl_protocols_are_refused_at_construction(protocol: str) -> None:
-    ctx = SimpleNamespace(security=SimpleNamespace(protocol=lambda name: protocol))
-    with pytest.raises(ConfigError, match=f"listener DATA is {protocol}: the data listener has no SASL") as raised:
+def test_a_sasl_listener_without_a_sasl_authority_is_refused_at_construction(protocol: str) -> None:
+    ctx = SimpleNamespace(security=SimpleNamespace(protocol=lambda name: protocol), guard=None)
+    why = f"listener DATA is {protocol}, but this node has no SASL authority"
+    with pytest.raises(ConfigError, match=why) as raised:
         DataListener(ctx, NAME, "127.0.0.1:0", None, None)  # type: ignore[arg-type]
     assert raised.value.key == "listener.security.protocol.map"
+
+
+# ------------------------------------------------------------------------------------------- SASL
+
+
+SIGNER = TokenSigner(b"k" * 32)  # the node's key (controller.security.token)
+SASL = NodeSecurity.from_props({"listener.security.protocol.map": "DATA:SASL_PLAINTEXT"})
+
+
+def token(principal: str, lifetime_ms: int = 60_000, signer: TokenSigner = SIGNER, issued_ms: int = 0) -> str:
+    return signer.issue(principal, "SCRAM-SHA-512", issued_ms or int(time.time() * 1000), lifetime_ms)[0]
+
+
+def altered(session_token: str) -> str:
+    """``session_token`` with the first character of its signature changed (still well-formed base64)."""
+    payload, signature = session_token.split(".")
+    return f"{payload}.{'B' if signature[0] == 'A' else 'A'}{signature[1:]}"
+
+
+def sasl_guard(*bindings: AclBinding) -> SimpleNamespace:
+    """A node guard with the node's SASL authority (its token key) and, with ``bindings``, a real authorizer."""
+    guard = guard_with(*bindings) if bindings else SimpleNamespace(authorizer=None)
+    guard.authority = SimpleNamespace(signer=SIGNER)
+    return guard
+
+
+def authenticated(client: Client, principal_token: str) -> None:
+    client.authenticate(principal_token)
+    assert client.answer() == (OK, b"")
+
+
+def test_sasl_a_request_before_authenticating_is_refused_and_closes(serve: Serve) -> None:
+    served = serve(guard=sasl_guard(), security=SASL)
+    client = served.connect()
+    client.send(PRODUCE, produce("t"))
+    assert client.refused() == ("SASL_AUTHENTICATION_FAILED: listener DATA is SASL_PLAINTEXT: authenticate first (an "
+                                "AUTH frame with a session token)")  # fmt: skip
+    assert client.closed()
+    assert served.service.seen == []
+
+
+def test_sasl_the_tokens_principal_is_what_the_authorizer_checks(serve: Serve) -> None:
+    served = serve(guard=sasl_guard(acl("User:alice", AclOperation.WRITE, "t")), security=SASL)
+    alice, bob = served.connect(), served.connect()
+    authenticated(alice, token("User:alice"))
+    authenticated(bob, token("User:bob"))
+    alice.send(PRODUCE, produce("t"))
+    assert offsets(alice.produced()) == [("t", 0)]
+    bob.send(PRODUCE, produce("t"))
+    assert bob.refused() == "TOPIC_AUTHORIZATION_FAILED: User:bob is not authorized to WRITE TOPIC 't'"
+    bob.send(FETCH, fetch("t"))  # the connection goes on
+    assert bob.refused() == "TOPIC_AUTHORIZATION_FAILED: User:bob is not authorized to READ TOPIC 't'"
+    assert served.service.seen == [("Produce", "t")]
+
+
+def test_sasl_an_auth_frame_and_the_requests_behind_it_are_answered_in_order(serve: Serve) -> None:
+    served = serve(guard=sasl_guard(), security=SASL)
+    client = served.connect()
+    auth = token("User:alice").encode()
+    client.sock.sendall(frame(bytes((AUTH,)) + auth) + frame(bytes((PRODUCE,)) + produce("a").SerializeToString())
+                        + frame(bytes((FETCH,)) + fetch("a").SerializeToString()))  # fmt: skip
+    assert client.answer() == (OK, b"")
+    assert offsets(client.produced()) == [("a", 0)]
+    status, _ = client.answer()
+    assert status == OK
+    assert served.service.seen == [("Produce", "a"), ("Fetch", "a")]
+
+
+@pytest.mark.parametrize(
+    ("what", "bad", "reason"),
+    [
+        ("from another node", token("User:alice", signer=TokenSigner(b"o" * 32)), "invalid session token"),
+        ("altered", altered(token("User:alice")), "invalid session token"),
+        ("expired", token("User:alice", lifetime_ms=1000, issued_ms=int(time.time() * 1000) - 5000),
+         "session expired"),
+        ("malformed", "not a token", "malformed session token"),
+    ],
+)
+def test_sasl_a_refused_token_answers_why_and_closes(serve: Serve, what: str, bad: str, reason: str) -> None:
+    served = serve(guard=sasl_guard(), security=SASL)
+    client = served.connect()
+    client.authenticate(bad)
+    client.send(PRODUCE, produce("t"))  # sent behind it: never runs
+    refusal = client.refused()
+    assert refusal.startswith("SASL_AUTHENTICATION_FAILED: "), (what, refusal)
+    assert reason in refusal, (what, refusal)
+    assert client.closed()
+    assert served.service.seen == []
+
+
+def test_sasl_reauthentication_keeps_the_connection_and_its_principal(serve: Serve) -> None:
+    served = serve(guard=sasl_guard(), security=SASL)
+    client = served.connect()
+    authenticated(client, token("User:alice"))
+    client.send(PRODUCE, produce("t"))
+    assert offsets(client.produced()) == [("t", 0)]
+    authenticated(client, token("User:alice"))  # a new token of the same principal (KIP-368)
+    client.send(PRODUCE, produce("t"))
+    assert offsets(client.produced()) == [("t", 1)]
+    client.authenticate(token("User:mallory"))
+    assert client.refused() == ("SASL_AUTHENTICATION_FAILED: re-authentication as User:mallory on a connection of "
+                                "User:alice: the principal of a connection cannot change (KIP-368)")  # fmt: skip
+    assert client.closed()
+    assert served.service.seen == [("Produce", "t"), ("Produce", "t")]
+
+
+def test_sasl_a_request_after_the_session_expired_closes_the_connection_unanswered(serve: Serve) -> None:
+    served = serve(guard=sasl_guard(), security=SASL)
+    client = served.connect()
+    lifetime_ms = 400
+    authenticated(client, token("User:alice", lifetime_ms=lifetime_ms))
+    client.send(PRODUCE, produce("t"))
+    assert offsets(client.produced()) == [("t", 0)]
+    time.sleep(lifetime_ms / 1000 + 0.1)
+    client.send(PRODUCE, produce("late"))
+    assert client.closed()
+    assert served.service.seen == [("Produce", "t")]
+
+
+def test_an_auth_frame_on_a_listener_without_sasl_is_refused_and_closes(serve: Serve) -> None:
+    served = serve(guard=sasl_guard())  # PLAINTEXT
+    client = served.connect()
+    client.authenticate(token("User:alice"))
+    assert client.refused() == "ILLEGAL_SASL_STATE: listener DATA is PLAINTEXT: no SASL here"
+    assert client.closed()
 
 
 def test_stop_closes_open_connections_and_cancels_their_requests(serve: Serve) -> None:

@@ -185,6 +185,9 @@ def test_metadata_names_each_brokers_data_listener_to_clients_of_a_listener_with
     protocols("PLAINTEXT:SSL,EXTERNAL:SSL,DATA:SSL")
     assert data("EXTERNAL") == {1: "broker-1:19892"}
     protocols("PLAINTEXT:SSL,EXTERNAL:SASL_SSL,DATA:SSL")
-    assert data("EXTERNAL") == {}  # SASL clients stay on gRPC: the DATA listener has no SASL exchange
+    assert data("EXTERNAL") == {}  # a SASL client is never sent to a listener without SASL
+    protocols("PLAINTEXT:SSL,EXTERNAL:SASL_SSL,DATA:SASL_SSL")
+    assert data("EXTERNAL") == {1: "broker-1:19892"}  # it authenticates there with its session token
+    assert data("PLAINTEXT") == {}  # nor a client without SASL to one with it
     protocols("PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT")
     assert data("PLAINTEXT") == {}  # a map without DATA

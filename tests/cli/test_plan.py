@@ -180,10 +180,11 @@ def test_ports_in_use_are_found_and_named(tmp_path: Path) -> None:
     assert ports_in_use([(port, "broker 0")]) == []
 
 
-def test_sasl_ssl_brokers_have_no_data_listener(tmp_path: Path) -> None:
-    """Clients of --security sasl_ssl authenticate by SASL, which the DATA listener has no exchange for."""
+def test_sasl_ssl_brokers_have_a_data_listener_for_their_sasl_clients(tmp_path: Path) -> None:
+    """Clients of --security sasl_ssl produce and fetch on the brokers' DATA listeners too (SASL_SSL there: an AUTH
+    frame with the session token of their SASL exchange), beside the brokers' own internal listener."""
     plan = plan_cluster(str(tmp_path), 1, 2, 9092, security="sasl_ssl")
-    assert [b.data_listen for b in plan.brokers] == ["", ""]
+    assert [b.data_listen for b in plan.brokers] == ["127.0.0.1:9892", "127.0.0.1:9893"]
     assert all(b.internal_listen for b in plan.brokers)
     ssl_plan = plan_cluster(str(tmp_path), 1, 2, 9092, security="ssl")
     assert [b.data_listen for b in ssl_plan.brokers] == ["127.0.0.1:9892", "127.0.0.1:9893"]

@@ -7,7 +7,8 @@ answered in order, the done-callbacks on the reader thread; requests started fro
 reader idle or waiting, a close inside a frame, an answer over the limit, one that does not parse, an unknown
 status, an empty answer, an answer nobody waits for, nothing listening, an untrusted TLS server), each failing
 what waits with NetworkError and the next request opening a new connection; ``close()`` from another thread and
-``start()`` after it."""
+``start()`` after it; with SASL, the AUTH frame ahead of a connection's first request and of the first one
+after a renewal, a refused token forgotten, a token that cannot be had failing the request unsent."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ from typing import Any
 
 import pytest
 
-from common.framing import ERROR, FETCH, OK, PRODUCE, SIZE, recv_exactly
+from common.framing import AUTH, ERROR, FETCH, OK, PRODUCE, SIZE, recv_exactly
 from odradek.errors import (
     NetworkError,
+    SaslAuthenticationFailedError,
     TopicAuthorizationFailedError,
     UnknownKafkaError,
     error_from_code,
@@ -64,6 +66,11 @@ class PeerConnection:
         kind, body = self.read()
         assert kind == PRODUCE
         return pb.ProduceRequest.FromString(body)
+
+    def read_auth(self) -> str:
+        kind, body = self.read()
+        assert kind == AUTH
+        return body.decode()
 
     def read_fetch(self) -> pb.FetchRequest:
         kind, body = self.read()
@@ -188,8 +195,10 @@ def link() -> Iterator[Callable[..., DataLink]]:
     """DataLinks closed after the test, their reader threads ended."""
     links: list[DataLink] = []
 
-    def make(address: str, max_answer_bytes: int = 1 << 20, tls: ssl.SSLContext | None = None) -> DataLink:
-        links.append(DataLink(address, tls, max_answer_bytes, f"test-data-link-{next(_names)}"))
+    def make(
+        address: str, max_answer_bytes: int = 1 << 20, tls: ssl.SSLContext | None = None, session: Any = None
+    ) -> DataLink:
+        links.append(DataLink(address, tls, max_answer_bytes, f"test-data-link-{next(_names)}", session))
         return links[-1]
 
     yield make
@@ -743,3 +752,100 @@ def test_an_untrusted_tls_server_is_unreachable(
     assert not readers(data._name)
     server.finish()
     assert len(server.handshake_errors) == 1
+
+
+# ------------------------------------------------------------------------------------------------- SASL
+
+
+class FakeSession:
+    """A SASL session (``odradek.security.sasl_client.SaslSession``'s ``token``/``forget``): hands out ``t1``,
+    ``t2``... a new one after :meth:`renew` or a ``forget`` of the current one; ``failing`` raises instead."""
+
+    def __init__(self) -> None:
+        self.number = 1
+        self.forgotten: list[str] = []
+        self.failing: Exception | None = None
+
+    def token(self) -> str:
+        if self.failing is not None:
+            raise self.failing
+        return f"t{self.number}"
+
+    def renew(self) -> None:
+        self.number += 1
+
+    def forget(self, token: str) -> None:
+        self.forgotten.append(token)
+        if token == f"t{self.number}":
+            self.renew()
+
+
+def test_sasl_a_connection_authenticates_first_and_again_after_a_renewal(
+    peer: Callable[..., Peer], link: Callable[..., DataLink]
+) -> None:
+    def script(conn: PeerConnection) -> None:
+        assert conn.read_auth() == "t1"
+        assert conn.read_produce() == produce("a")  # the two frames came together: answered in order
+        conn.send(answer_frame(OK, b""))
+        conn.answer(produced("a"))
+        assert conn.read_produce() == produce("b")  # the same token: no AUTH
+        conn.answer(produced("b"))
+        assert conn.read_auth() == "t2"  # renewed: re-authenticates ahead of the next request
+        assert conn.read_fetch() == fetch(3)
+        conn.send(answer_frame(OK, b""))
+        conn.answer(fetched(b"r"))
+        assert conn.saw_eof()
+
+    server = peer(script)
+    session = FakeSession()
+    data = link(server.address, session=session)
+    assert data.start(PRODUCE, produce("a"), 5).result(WAIT_S) == produced("a")
+    assert data.start(PRODUCE, produce("b"), 5).result(WAIT_S) == produced("b")
+    session.renew()
+    assert data.start(FETCH, fetch(3), 5).result(WAIT_S) == fetched(b"r")
+    assert data.pending == 0
+    assert server.accepted == 1
+    data.close()
+    server.finish()
+    assert session.forgotten == []
+
+
+def test_sasl_a_refused_token_is_forgotten_and_the_next_connection_authenticates_anew(
+    peer: Callable[..., Peer], link: Callable[..., DataLink]
+) -> None:
+    def refusing(conn: PeerConnection) -> None:  # as a restarted broker: its new key does not take t1
+        assert conn.read_auth() == "t1"
+        conn.read_produce()
+        conn.refuse("SASL_AUTHENTICATION_FAILED: invalid session token (signed by another node or altered)")
+
+    def accepting(conn: PeerConnection) -> None:
+        assert conn.read_auth() == "t2"
+        assert conn.read_produce() == produce("again")
+        conn.send(answer_frame(OK, b""))
+        conn.answer(produced("again"))
+        assert conn.saw_eof()
+
+    server = peer(refusing, accepting)
+    session = FakeSession()
+    data = link(server.address, session=session)
+    lost = failure(data.start(PRODUCE, produce("a"), 5))
+    assert isinstance(lost, NetworkError)  # retriable: the connection closed behind the refusal
+    assert f"{server.address} closed the connection" in str(lost)
+    assert session.forgotten == ["t1"]
+    assert data.start(PRODUCE, produce("again"), 5).result(WAIT_S) == produced("again")
+    assert server.accepted == 2
+    data.close()
+    server.finish()
+
+
+def test_sasl_a_token_that_cannot_be_had_fails_the_request_unsent(
+    peer: Callable[..., Peer], link: Callable[..., DataLink]
+) -> None:
+    server = peer()
+    session = FakeSession()
+    session.failing = SaslAuthenticationFailedError("SaslAuthenticate: wrong password for alice")
+    data = link(server.address, session=session)
+    refused = failure(data.start(PRODUCE, produce("a"), 5))
+    assert refused is session.failing
+    assert server.accepted == 0
+    assert readers(data._name) == []  # no connection was opened

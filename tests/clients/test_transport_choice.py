@@ -32,7 +32,7 @@ class FakeClient:
     def data_address(self, node: int) -> str:
         return self.addresses.get(node, "")
 
-    def data_link(self, address: str, max_answer_bytes: int, role: str) -> Any:
+    def data_link(self, node: int, address: str, max_answer_bytes: int, role: str) -> Any:
         link = FakeLink(address)
         self.made.append(link)
         return link
