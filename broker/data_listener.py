@@ -9,6 +9,9 @@ appends, long polls, metrics and traces) on the same event loop, the inter-broke
 ``REPLICATION`` listener (:mod:`broker.replication_listener`): a client's append wakes the parked follower
 fetches there, and a follower's report completes the waiting acks=all produces, without a thread switch.
 
+A broker may have several: ``DATA``, and ``DATA_<LISTENER>`` for the clients of ``<LISTENER>`` when they are on
+another network (Metadata names each client the one of its listener, ``broker.handlers.metadata``).
+
 Security, by ``listener.security.protocol.map``, as a gRPC listener of the same protocol: PLAINTEXT is
 ``User:ANONYMOUS``; SSL is the client certificate's principal (``ssl.principal.mapping.rules``; ``User:ANONYMOUS``
 without a certificate), and a certificate the rules refuse closes the connection. SASL_PLAINTEXT and SASL_SSL
@@ -72,7 +75,9 @@ _Answer = tuple[bytes, bool]  # (the answer frame, close the connection after it
 
 
 def is_data_listener(name: str) -> bool:
-    return name == NAME
+    """``DATA``, or ``DATA_<LISTENER>``: the one the clients of ``<LISTENER>`` are told of
+    (``broker.handlers.metadata``)."""
+    return name == NAME or name.startswith(NAME + "_")
 
 
 def answer_frame(status: int, body: bytes) -> bytes:

@@ -12,8 +12,10 @@ listener, and the answer gives every broker's endpoint of the listener the reque
 inside a container network and outside it each get addresses they can reach. A broker without that listener
 is left out, and a partition it leads answers LISTENER_NOT_FOUND (as Kafka does); on the default
 ``PLAINTEXT`` listener a broker without it is listed with its first endpoint (single-listener clusters).
-Each broker also comes with its ``DATA`` listener's address when it has one (``offers_data``): the clients'
-Produce and Fetch on plain TCP frames (``broker.data_listener``).
+Each broker also comes with the address of the ``DATA`` listener for clients of the request's listener when it
+has one (``data_endpoint``): the clients' Produce and Fetch on plain TCP frames (``broker.data_listener``). That is
+``DATA_<LISTENER>`` (``DATA_EXTERNAL`` for the clients of ``EXTERNAL``: one network's address each, as the gRPC
+listeners have) or else ``DATA``, each only when its protocol is the client listener's.
 """
 
 from __future__ import annotations
@@ -49,10 +51,11 @@ def listener_endpoint(broker: BrokerRegistration, listener: str = LISTENER) -> E
     return endpoint
 
 
-def broker_node(broker: BrokerRegistration, listener: str = LISTENER, data: bool = False) -> pb.BrokerNode:
-    """``broker`` as clients of ``listener`` see it; with ``data``, its ``DATA`` listener too when it has one."""
+def broker_node(broker: BrokerRegistration, listener: str = LISTENER, data: tuple[str, ...] = ()) -> pb.BrokerNode:
+    """``broker`` as clients of ``listener`` see it; with ``data`` (:func:`data_listeners`), the first of those
+    listeners it has, for those clients' Produce and Fetch."""
     endpoint = listener_endpoint(broker, listener)
-    data_endpoint = broker.endpoint(DATA) if data else None
+    data_endpoint = next((e for e in map(broker.endpoint, data) if e is not None), None)
     return pb.BrokerNode(
         node_id=broker.broker_id,
         host=endpoint.host if endpoint else "",
@@ -64,14 +67,19 @@ def broker_node(broker: BrokerRegistration, listener: str = LISTENER, data: bool
     )
 
 
-def offers_data(ctx: BrokerContext, listener: str) -> bool:
-    """Whether clients of ``listener`` are told of the brokers' ``DATA`` listeners: only when that listener has
-    the same security protocol as theirs (a client of an SSL listener is never sent to a plaintext one, nor a
-    SASL client to a listener without SASL; the listener names mean the same on every broker, as in Kafka)."""
-    try:
-        return ctx.security.protocol(DATA) == ctx.security.protocol(listener)
-    except ValueError:  # ConfigError: a listener map without DATA
-        return False
+def data_listeners(ctx: BrokerContext, listener: str) -> tuple[str, ...]:
+    """The DATA listeners clients of ``listener`` may be told of, in order of preference: ``DATA_<LISTENER>``,
+    then ``DATA``, each only when its security protocol is ``listener``'s (a client of an SSL listener is never
+    sent to a plaintext one, nor a SASL client to a listener without SASL; the listener names mean the same on
+    every broker, as in Kafka)."""
+    wanted = []
+    for name in (f"{DATA}_{listener.upper()}", DATA):
+        try:
+            if ctx.security.protocol(name) == ctx.security.protocol(listener):
+                wanted.append(name)
+        except ValueError:  # ConfigError: a listener map without it
+            continue
+    return tuple(wanted)
 
 
 def handle(ctx: BrokerContext, request: pb.MetadataRequest, listener: str = LISTENER) -> pb.MetadataResponse:
@@ -84,7 +92,7 @@ def handle(ctx: BrokerContext, request: pb.MetadataRequest, listener: str = LIST
     response = pb.MetadataResponse(
         cluster_id=ctx.quorum.cluster_id, controller_id=image.controller_id, metadata_offset=image.offset
     )
-    data = offers_data(ctx, listener)
+    data = data_listeners(ctx, listener)
     response.brokers.extend(
         broker_node(b, listener, data) for b in image.unfenced_brokers() if listener_endpoint(b, listener) is not None
     )

@@ -110,7 +110,7 @@ class ComposeBackend:
 
     def __init__(
         self, project: str, compose_file: Path, env: Mapping[str, str], broker_ports: Sequence[int], *, owned: bool,
-        kafka_ports: Sequence[int] = (9392, 9393, 9394),
+        kafka_ports: Sequence[int] = (9392, 9393, 9394), data_ports: Sequence[int] = (9892, 9893, 9894),
     ) -> None:  # fmt: skip
         command = compose_command()
         if command is None:
@@ -121,6 +121,7 @@ class ComposeBackend:
         self._env = dict(env)
         self._broker_ports = list(broker_ports)
         self._kafka_ports = list(kafka_ports)
+        self._data_ports = list(data_ports)
         self._owned = owned
         self._containers: dict[str, str] = {}  # node name -> container id
         self._paused: set[str] = set()
@@ -140,11 +141,13 @@ class ComposeBackend:
         rng = random.Random(os.getpid() ^ time.monotonic_ns())  # names and ports only
         project = project or f"odradek-chaos-{rng.randrange(16**6):06x}"
         # one call: ports from two calls could overlap (each call's sockets are closed when it returns)
-        ports = free_host_ports(2 * BROKERS + 2)
-        ports, kafka_ports, (prometheus_port, console_port) = ports[:BROKERS], ports[BROKERS:-2], ports[-2:]
+        ports = free_host_ports(3 * BROKERS + 2)
+        prometheus_port, console_port = ports[-2:]
+        ports, kafka_ports, data_ports = ports[:BROKERS], ports[BROKERS : 2 * BROKERS], ports[2 * BROKERS : -2]
         env = dict(os.environ)
         env.update({f"ODRADEK_BROKER_{i}_PORT": str(port) for i, port in enumerate(ports)})
         env.update({f"ODRADEK_BROKER_{i}_KAFKA_PORT": str(port) for i, port in enumerate(kafka_ports)})
+        env.update({f"ODRADEK_BROKER_{i}_DATA_PORT": str(port) for i, port in enumerate(data_ports)})
         env["ODRADEK_PROMETHEUS_PORT"], env["ODRADEK_CONSOLE_PORT"] = str(prometheus_port), str(console_port)
         env["ODRADEK_SUBNET"] = free_subnet(rng)
         env["ODRADEK_PUBLISH_HOST"] = env["ODRADEK_ADVERTISED_HOST"] = EXTERNAL_HOST
@@ -152,7 +155,8 @@ class ComposeBackend:
         env["ODRADEK_CONTROLLER_ARGS"] = " ".join(f"--config {k}={v}" for k, v in (controller_config or {}).items())
         if image is not None:
             env["ODRADEK_IMAGE"] = image
-        backend = cls(project, Path(compose_file), env, ports, owned=True, kafka_ports=kafka_ports)
+        backend = cls(project, Path(compose_file), env, ports, owned=True, kafka_ports=kafka_ports,
+                      data_ports=data_ports)
         try:
             docker(*backend._compose, "up", "-d", "--no-build", timeout_s=UP_TIMEOUT_S, env=env)
             if wait:
@@ -184,6 +188,12 @@ class ComposeBackend:
     def kafka_bootstrap_servers(self) -> str:
         """The brokers' Kafka-protocol listeners as published on the host (KAFKA_EXTERNAL)."""
         return ",".join(f"{EXTERNAL_HOST}:{port}" for port in self._kafka_ports)
+
+    @property
+    def data_addresses(self) -> list[str]:
+        """The brokers' DATA_EXTERNAL listeners as published on the host (where the host's Odradek clients
+        produce and fetch), in broker order."""
+        return [f"{EXTERNAL_HOST}:{port}" for port in self._data_ports]
 
     @property
     def prometheus_url(self) -> str:

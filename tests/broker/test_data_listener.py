@@ -283,7 +283,9 @@ def test_produce_and_fetch_are_answered(serve: Serve) -> None:
     assert [(t.name, t.partitions[0].high_watermark) for t in answer.topics] == [("t", 42)]
     assert served.service.seen == [("Produce", "t"), ("Fetch", "t")]
     assert is_data_listener("DATA")
+    assert is_data_listener("DATA_EXTERNAL")  # the one for the clients of EXTERNAL
     assert not is_data_listener("REPLICATION")
+    assert not is_data_listener("DATABASE")
 
 
 def test_pipelined_requests_append_in_order_and_are_answered_in_order(serve: Serve) -> None:

@@ -191,3 +191,25 @@ def test_metadata_names_each_brokers_data_listener_to_clients_of_a_listener_with
     assert data("PLAINTEXT") == {}  # nor a client without SASL to one with it
     protocols("PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT")
     assert data("PLAINTEXT") == {}  # a map without DATA
+
+
+def test_metadata_names_the_data_listener_of_the_clients_listener_first(
+    harness: BrokerHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``DATA_<LISTENER>`` serves the clients of ``<LISTENER>`` (another network's address); ``DATA`` the rest."""
+    register(harness, 1, Endpoint("PLAINTEXT", "broker-1", 19092), Endpoint("DATA", "broker-1", 19892),
+             Endpoint("EXTERNAL", "localhost", 9093), Endpoint("DATA_EXTERNAL", "localhost", 9893))  # fmt: skip
+    register(harness, 2, Endpoint("PLAINTEXT", "broker-2", 19092), Endpoint("DATA", "broker-2", 19892),
+             Endpoint("EXTERNAL", "localhost", 9094))  # no DATA_EXTERNAL  # fmt: skip
+    request = pb.MetadataRequest(all_topics=True)
+
+    def data(listener: str) -> dict[int, str]:
+        brokers = metadata.handle(harness.ctx, request, listener=listener).brokers
+        return {b.node_id: f"{b.data_host}:{b.data_port}" for b in brokers if b.data_port}
+
+    assert data("PLAINTEXT") == {1: "broker-1:19892", 2: "broker-2:19892"}
+    assert data("EXTERNAL") == {1: "localhost:9893", 2: "broker-2:19892"}  # DATA where it has no DATA_EXTERNAL
+    monkeypatch.setattr(harness.ctx, "security", NodeSecurity.from_props(
+        {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,DATA:PLAINTEXT,EXTERNAL:SSL,DATA_EXTERNAL:SSL"}))
+    assert data("PLAINTEXT") == {1: "broker-1:19892", 2: "broker-2:19892"}
+    assert data("EXTERNAL") == {1: "localhost:9893"}  # never the plaintext DATA for a client of an SSL listener

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 import urllib.parse
 import urllib.request
@@ -18,12 +19,14 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+import grpc
 import pytest
 
 from chaos.backends import Capability, NodeState
 from chaos.backends.compose import ComposeBackend
 from odradek import Admin, Consumer, NewTopic, Producer, RecordMetadata, TopicPartition
 from odradek.errors import OdradekError
+from proto import broker_pb2, broker_pb2_grpc
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
@@ -92,15 +95,23 @@ def consume_all(cluster: ComposeBackend, topic: str, timeout_s: float = WAIT_S) 
 # --- listeners: clients inside the compose network and on the host --------------------------------------
 
 
-def test_clients_on_the_host_and_in_the_compose_network(compose_cluster: ComposeBackend) -> None:
+def test_clients_on_the_host_and_in_the_compose_network(
+    compose_cluster: ComposeBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="odradek")
     cluster = compose_cluster
     a = admin(cluster)
     try:
         description = wait_for(a.describe_cluster, WAIT_S, "DescribeCluster from the host")
     finally:
         a.close()
-    # the host was answered the EXTERNAL listener's addresses: its own published ports
+    # the host was answered the EXTERNAL listener's addresses: its own published ports; and, for its Produce and
+    # Fetch, the DATA_EXTERNAL listeners' (published too), where the compose network is told of DATA's
     assert sorted(b.address for b in description.brokers) == sorted(cluster.bootstrap_servers.split(","))
+    with grpc.insecure_channel(cluster.bootstrap_servers.split(",")[0]) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
+        nodes = stub.Metadata(broker_pb2.MetadataRequest(), timeout=30).brokers
+    assert sorted(f"{b.data_host}:{b.data_port}" for b in nodes) == sorted(cluster.data_addresses)
     assert len(description.controllers) == 3
     assert description.controller_id in (0, 1, 2)
     create_topic(cluster, "listeners")
@@ -116,6 +127,8 @@ def test_clients_on_the_host_and_in_the_compose_network(compose_cluster: Compose
     outside = consume_all(cluster, "listeners")
     assert sorted(v for records in outside.values() for v in records.values()) == [b"inside-1", b"inside-2",
                                                                                    b"outside-1"]  # fmt: skip
+    # the host's clients reached the published DATA_EXTERNAL ports (else they say so and use gRPC)
+    assert not [r.getMessage() for r in caplog.records if "DATA listener" in r.getMessage()]
 
 
 # Inside the network: Metadata v1 by hand over a raw socket (the image has no Kafka client), printing the
