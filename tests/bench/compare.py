@@ -4,7 +4,7 @@
         nats-r3,nats-r1,redis]
         [--workloads produce-100,produce-1k,consume-100,consume-1k,e2e-1k,e2e-10k,e2e-burst]
         [--repeat 3] [--scale 1.0] [--install-peers] [--json-out FILE] [--client-cpus CPU[,CPU...]]
-        [--e2e-consumer-process]
+        [--e2e-consumer-process] [--security plaintext|ssl|sasl_ssl]
 
 In the spirit of the OpenMessaging Benchmark: every system gets the same workloads, record sizes and
 rates, from a client in its own process, on the same machine in the same run. The harness starts every
@@ -46,7 +46,10 @@ ones cost a little CPU).
 ``--e2e-consumer-process`` runs Odradek's e2e workloads with ``odradek perf e2e --consumer-process`` (the
 consumer in a process of its own, as a pipeline's is; the peers' clients are one thread each either way).
 ``--client-cpus 1`` runs every system's clients (the perf tools, the peers' clients) on CPU 1 only, the servers
-on every CPU as always: the same placement for every system's client.
+on every CPU as always: the same placement for every system's client. ``--security ssl|sasl_ssl`` makes every
+Odradek cluster with ``odradek up --security`` and runs its clients with the ``client.properties`` that writes
+(TLS; SASL with sasl_ssl), e.g. ``--security sasl_ssl --tree base:/tmp/base --systems odradek-rf3@base,odradek-rf3``:
+a change measured for SASL clients; the peers stay plaintext, and ``odradek-kafka-*`` is refused with it.
 
 Every workload writes to a fresh topic or stream. With ``--repeat N`` the workloads run N rounds, the
 systems in a rotated order each round (so a slow drift of the machine does not favour one system), and
@@ -168,7 +171,7 @@ def start_servers(run: Run, systems: Sequence[str], args: argparse.Namespace) ->
                  f"{', the code of ' + str(args.trees[variant]) if variant in args.trees else ''})")  # fmt: skip
         directory = run.root / f"odradek{'-' + variant if variant else ''}"
         run.odradek[variant] = OdradekCluster(directory, args.controllers, args.brokers, broker_config=config,
-                                              tree=args.trees.get(variant)).start()  # fmt: skip
+                                              tree=args.trees.get(variant), security=args.security).start()  # fmt: skip
         if args.idle_topics:
             progress(f"creating {args.idle_topics} idle topics (1 partition, RF {min(3, args.brokers)})")
             for i in range(args.idle_topics):
@@ -430,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--e2e-consumer-process", action="store_true",
                         help="Odradek's e2e workloads with the consumer in a process of its own (odradek perf e2e "
                         "--consumer-process); the peers' clients are one thread each either way")  # fmt: skip
+    parser.add_argument("--security", choices=("plaintext", "ssl", "sasl_ssl"), default="plaintext",
+                        help="every Odradek cluster made by odradek up --security this, its clients with the "
+                        "client.properties it writes (not with odradek-kafka-*; the peers stay plaintext)")  # fmt: skip
     parser.add_argument("--client-cpus", metavar="CPU[,CPU...]",
                         help="run every system's clients on these CPUs only (the servers keep every CPU): what a "
                         "client's threads spread over cores cost (docs/LATENCY.md)")  # fmt: skip
@@ -462,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown += [w for w in names if w not in WORKLOADS]
     if unknown or not systems or not names or args.repeat < 1 or args.scale <= 0:
         parser.error(f"unknown or missing systems/workloads {unknown}, or a bad --repeat/--scale")
+    if args.security != "plaintext" and any(s.startswith("odradek-kafka") for s in systems):
+        parser.error("--security: the Kafka peer (odradek-kafka-*) has no secured settings here")
     if any(replication_factor(s) == 3 for s in systems if s.startswith("odradek")) and args.brokers < 3:
         parser.error("odradek-rf3 and odradek-kafka-rf3 need --brokers 3 or more")
     for name in list(names):  # a consume workload reads what its produce workload wrote
@@ -487,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
           f"after; {args.repeat} round(s){', medians (min-max)' if args.repeat > 1 else ''}; "
           f"latencies in ms; ratios against {baseline}"
           + (f"; every client on CPU {args.client_cpus} only" if client_cpus else "")
+          + (f"; Odradek with odradek up --security {args.security}" if args.security != "plaintext" else "")
           + ("; Odradek's e2e consumer in a process of its own." if args.e2e_consumer_process else "."))  # fmt: skip
     for system, why in run.skipped.items():
         print(f"{system}: {why}")

@@ -89,9 +89,11 @@ class OdradekCluster:
     Kafka client), both from the ``cluster.json`` of ``odradek up``."""
 
     def __init__(self, root: Path, controllers: int = 3, brokers: int = 3, extra_env: dict[str, str] | None = None,
-                 broker_config: Sequence[str] = (), tree: Path | None = None) -> None:  # fmt: skip
+                 broker_config: Sequence[str] = (), tree: Path | None = None,
+                 security: str = "plaintext") -> None:  # fmt: skip
         """``tree``: run the cluster and its clients from that checkout (its ``.venv`` when it has one) instead
-        of this one's code."""
+        of this one's code; ``security``: ``odradek up --security`` (ssl, sasl_ssl: the clients then use the
+        ``client.properties`` it writes)."""
         root.mkdir(parents=True, exist_ok=True)
         self.env = cli_env(root / "state", **(extra_env or {}))
         self.python, self.cwd = sys.executable, tree
@@ -103,8 +105,11 @@ class OdradekCluster:
                 "--base-port", str(free_base_port(controllers, brokers)), "--no-metrics"]  # fmt: skip
         for item in broker_config:
             args += ["--broker-config", item]
+        if security != "plaintext":
+            args += ["--security", security]
         self.up = UpProcess(root / "odradek", self.env, args, python=self.python, cwd=self.cwd)
         self.bootstrap = self.kafka_bootstrap = ""
+        self.client_args: list[str] = []  # --command-config of a secured cluster
 
     def start(self) -> OdradekCluster:
         self.up.start()
@@ -112,17 +117,20 @@ class OdradekCluster:
         self.bootstrap = doc["bootstrap_servers"]
         self.kafka_bootstrap = doc["kafka_bootstrap_servers"]
         self.env["ODRADEK_BOOTSTRAP_SERVERS"] = self.bootstrap
+        if doc.get("client_properties"):
+            self.client_args = ["--command-config", doc["client_properties"]]
         return self
 
     def create_topic(self, name: str, partitions: int, replication_factor: int) -> None:
         done = odradek(["topics", "create", name, "--partitions", str(partitions),
-                        "--replication-factor", str(replication_factor)], self.env, python=self.python,
-                       cwd=self.cwd)  # fmt: skip
+                        "--replication-factor", str(replication_factor), *self.client_args], self.env,
+                       python=self.python, cwd=self.cwd)  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"creating topic {name} failed: {done.stderr.decode().strip()}")
 
     def perf(self, args: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[bytes]:
-        return odradek(["perf", *args, "--json"], self.env, timeout_s=timeout_s, python=self.python, cwd=self.cwd)
+        return odradek(["perf", *args, "--json", *self.client_args], self.env, timeout_s=timeout_s,
+                       python=self.python, cwd=self.cwd)  # fmt: skip
 
     def stop(self) -> None:
         try:

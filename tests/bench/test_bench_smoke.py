@@ -92,6 +92,23 @@ def test_compare_runs_the_clients_on_the_cpus_asked_and_the_consumer_apart(tmp_p
     assert "not all of them are this process's CPUs" in refused.stderr
 
 
+def test_compare_runs_odradek_secured_with_sasl(tmp_path: Path) -> None:
+    """``--security sasl_ssl``: the cluster is made by ``odradek up --security sasl_ssl`` and the perf clients use
+    its ``client.properties`` (SASL over TLS); the Kafka peer, which has no secured settings here, is refused."""
+    out = tmp_path / "compare.json"
+    done = run("tests.bench.compare", ["--systems", "odradek-rf1", "--workloads", "e2e-1k", "--scale", str(SCALE),
+                                       "--controllers", "1", "--brokers", "1", "--security", "sasl_ssl",
+                                       "--json-out", str(out)])  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "; Odradek with odradek up --security sasl_ssl." in done.stdout
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["error"] == ""
+    check_document(result["doc"], "e2e", WORKLOADS["e2e-1k"].scaled(SCALE).records)
+    refused = run("tests.bench.compare", ["--systems", "odradek-kafka-rf1", "--security", "sasl_ssl"], 60)
+    assert refused.returncode == 2
+    assert "the Kafka peer (odradek-kafka-*) has no secured settings here" in refused.stderr
+
+
 def test_the_kafka_peer_runs_through_the_kafka_listener(tmp_path: Path) -> None:
     """``tests.bench.peers kafka``: librdkafka against a real cluster's Kafka listener (1 controller, 1 broker,
     started and stopped here); produce, consume and e2e count every record they sent, latencies sane."""
