@@ -303,7 +303,7 @@ class DataLink:
                     conn.discard()
                     return future
             if token != conn.token:  # a new connection, or a renewed session: authenticate first
-                data = self._authenticate(conn, token, timeout_s) + data
+                data = self._authenticate(conn, request, token) + data
             try:
                 with conn.send_lock:
                     if conn.sock_closed:
@@ -313,14 +313,14 @@ class DataLink:
                 self._fail(conn, f"sending to {self.address} failed: {exc!r}; the connection was closed")
         return future
 
-    def _authenticate(self, conn: _Connection, token: str, timeout_s: float) -> bytes:
-        """The AUTH frame carrying ``token``, its request placed in ``conn``'s FIFO ahead of the one being started
-        (under ``_start_lock``, on a connection that has its reader)."""
-        auth: _Request = _Request(Future(), AUTH, timeout_s, time.monotonic() + timeout_s)
+    def _authenticate(self, conn: _Connection, request: _Request, token: str) -> bytes:
+        """The AUTH frame carrying ``token``, its request placed in ``conn``'s FIFO ahead of ``request``, the one
+        being started (under ``_start_lock``, on a connection that has its reader)."""
+        auth: _Request = _Request(Future(), AUTH, request.timeout_s, request.deadline)
         with self._lock:
-            if conn.dead:  # failed meanwhile: the request behind it fails with it, this frame never goes out
-                return b""
             pending = conn.pending
+            if conn.dead or not pending or pending[-1] is not request:  # failed meanwhile, or a stray answer took
+                return b""  # the request (a broken wire): no AUTH goes out, the broker refuses what does
             self._enqueue_locked(conn, auth)
             pending[-1], pending[-2] = pending[-2], pending[-1]  # ahead of the request just queued, as they go out
         session = self._session
