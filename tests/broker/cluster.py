@@ -388,8 +388,14 @@ def _config_args(config: Mapping[str, str]) -> list[str]:
 def established_connections(address: str) -> int:
     """How many TCP connections to ``address`` (``HOST:PORT`` a process of this machine listens on) are
     established now, from the kernel's tables (``/proc/net/tcp``, ``/proc/net/tcp6``): the accepted sides."""
+    return len(established_peer_ports(address))
+
+
+def established_peer_ports(address: str) -> list[int]:
+    """The client-side ports of the TCP connections established now to ``address`` (a listener of this
+    machine), one per connection: a connection closed and opened again shows as a new port."""
     port = int(address.rpartition(":")[2])
-    count = 0
+    peers: list[int] = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -397,7 +403,7 @@ def established_connections(address: str) -> int:
             continue
         for line in lines:
             fields = line.split()
-            local, state = fields[1], fields[3]
+            local, remote, state = fields[1], fields[2], fields[3]
             if state == "01" and int(local.rpartition(":")[2], 16) == port:  # 01: ESTABLISHED
-                count += 1
-    return count
+                peers.append(int(remote.rpartition(":")[2], 16))
+    return peers

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from odradek import Admin, Consumer, NewTopic, Producer, TopicPartition
-from tests.broker.cluster import Cluster
+from tests.broker.cluster import Cluster, established_peer_ports
 from tests.security.tls_files import TlsFiles, make_tls_files
 
 pytestmark = pytest.mark.slow
@@ -41,18 +41,7 @@ def secured(tmp_path: Path) -> Iterator[tuple[Cluster, TlsFiles]]:
 
 
 def client_ports(address: str) -> set[int]:
-    """The client-side ports of the TCP connections established to ``address`` (a listener of this machine),
-    from the kernel's tables: a connection closed and opened again shows as a new port."""
-    port = int(address.rpartition(":")[2])
-    ports: set[int] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.read().splitlines()[1:]:
-                fields = line.split()
-                local, remote, state = fields[1], fields[2], fields[3]
-                if state == "01" and int(local.rpartition(":")[2], 16) == port:  # 01: ESTABLISHED
-                    ports.add(int(remote.rpartition(":")[2], 16))
-    return ports
+    return set(established_peer_ports(address))
 
 
 def poll_until(consumer: Consumer, want: int) -> list[bytes]:
