@@ -111,13 +111,16 @@ class ComposeBackend:
     def __init__(
         self, project: str, compose_file: Path, env: Mapping[str, str], broker_ports: Sequence[int], *, owned: bool,
         kafka_ports: Sequence[int] = (9392, 9393, 9394), data_ports: Sequence[int] = (9892, 9893, 9894),
+        overlays: Sequence[Path] = (),
     ) -> None:  # fmt: skip
         command = compose_command()
         if command is None:
             raise BackendError("neither `docker compose` nor `docker-compose` answers")
         self.project = project
         self.compose_file = Path(compose_file)
-        self._compose = [*command, "-p", project, "-f", str(self.compose_file)]
+        self.overlays = [Path(o) for o in overlays]
+        files = [self.compose_file, *self.overlays]
+        self._compose = [*command, "-p", project, *(arg for f in files for arg in ("-f", str(f)))]
         self._env = dict(env)
         self._broker_ports = list(broker_ports)
         self._kafka_ports = list(kafka_ports)
@@ -135,9 +138,12 @@ class ComposeBackend:
         cls, project: str | None = None, *, compose_file: str | Path = DEFAULT_COMPOSE_FILE,
         image: str | None = None, broker_config: Mapping[str, str] | None = None,
         controller_config: Mapping[str, str] | None = None, timeout_s: float = 300.0, wait: bool = True,
+        overlays: Sequence[str | Path] = (),
     ) -> ComposeBackend:  # fmt: skip
         """``up -d`` a fresh project (default name ``odradek-chaos-<random>``) and wait until every node is
-        healthy (unless ``wait`` is false). ``*_config``: ``--config`` pairs for every broker / controller."""
+        healthy (unless ``wait`` is false). ``*_config``: ``--config`` pairs for every broker / controller;
+        ``overlays``: compose files laid over ``compose_file`` (``-f`` each, in order), such as
+        ``deploy/docker-compose.secured.yml``."""
         rng = random.Random(os.getpid() ^ time.monotonic_ns())  # names and ports only
         project = project or f"odradek-chaos-{rng.randrange(16**6):06x}"
         # one call: ports from two calls could overlap (each call's sockets are closed when it returns)
@@ -155,8 +161,16 @@ class ComposeBackend:
         env["ODRADEK_CONTROLLER_ARGS"] = " ".join(f"--config {k}={v}" for k, v in (controller_config or {}).items())
         if image is not None:
             env["ODRADEK_IMAGE"] = image
-        backend = cls(project, Path(compose_file), env, ports, owned=True, kafka_ports=kafka_ports,
-                      data_ports=data_ports)
+        backend = cls(
+            project,
+            Path(compose_file),
+            env,
+            ports,
+            owned=True,
+            kafka_ports=kafka_ports,
+            data_ports=data_ports,
+            overlays=[Path(o) for o in overlays],
+        )
         try:
             docker(*backend._compose, "up", "-d", "--no-build", timeout_s=UP_TIMEOUT_S, env=env)
             if wait:
@@ -280,6 +294,30 @@ class ComposeBackend:
                 states = ", ".join(f"{name} {self.health(name)}" for name in pending)
                 raise BackendError(f"not healthy within {timeout_s:.0f} s: {states}; see `{self.logs_hint()}`")
             time.sleep(POLL_S)
+
+    def wait_completed(self, service: str, timeout_s: float) -> None:
+        """Wait (bounded) until the one-shot ``service`` (``security-admin``, ...) has exited with status 0;
+        BackendError when it exited otherwise or is still running at the deadline."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            container = self._container(service, required=False)
+            if container is not None:
+                state = json.loads(docker("inspect", container))[0]["State"]
+                if state.get("Status") == "exited":
+                    if state.get("ExitCode") == 0:
+                        return
+                    raise BackendError(f"{service} exited with status {state.get('ExitCode')}; see "
+                                       f"`{self.logs_hint()} {service}`")  # fmt: skip
+            if time.monotonic() >= deadline:
+                raise BackendError(f"{service} did not complete within {timeout_s:.0f} s; see `{self.logs_hint()}`")
+            time.sleep(POLL_S)
+
+    def copy_out(self, service: str, path: str, destination: Path) -> None:
+        """``docker cp`` the file or directory ``path`` of the service's container to ``destination`` on the
+        host (which must not exist yet: it becomes the copy)."""
+        container = self._container(service)
+        assert container is not None
+        docker("cp", f"{container}:{path}", str(destination))
 
     def logs_hint(self) -> str:
         return " ".join([*self._compose, "logs"])
