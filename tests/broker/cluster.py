@@ -395,15 +395,21 @@ def established_peer_ports(address: str) -> list[int]:
     """The client-side ports of the TCP connections established now to ``address`` (a listener of this
     machine), one per connection: a connection closed and opened again shows as a new port."""
     port = int(address.rpartition(":")[2])
-    peers: list[int] = []
+    text = ""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
-            lines = Path(table).read_text().splitlines()[1:]
+            text += Path(table).read_text()
         except OSError:
             continue
-        for line in lines:
-            fields = line.split()
-            local, remote, state = fields[1], fields[2], fields[3]
-            if state == "01" and int(local.rpartition(":")[2], 16) == port:  # 01: ESTABLISHED
-                peers.append(int(remote.rpartition(":")[2], 16))
-    return peers
+    return [remote for local, remote in established_tcp(text) if local == port]
+
+
+def established_tcp(text: str) -> list[tuple[int, int]]:
+    """``(local port, remote port)`` of each ESTABLISHED connection in ``text``, the contents of
+    ``/proc/net/tcp`` and ``/proc/net/tcp6`` (of this machine, or of a container's network namespace)."""
+    connections = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "01":  # 01: ESTABLISHED (the header lines have "st" there)
+            connections.append((int(fields[1].rpartition(":")[2], 16), int(fields[2].rpartition(":")[2], 16)))
+    return connections

@@ -24,72 +24,34 @@ import pytest
 
 from chaos.backends import Capability, NodeState
 from chaos.backends.compose import ComposeBackend
-from odradek import Admin, Consumer, NewTopic, Producer, RecordMetadata, TopicPartition
+from odradek import Admin, Producer, RecordMetadata
 from odradek.errors import OdradekError
 from proto import broker_pb2, broker_pb2_grpc
+from tests.deploy import helpers
+from tests.deploy.helpers import PARTITIONS, WAIT_S, full_isr, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
 T = TypeVar("T")
-PARTITIONS = 3
-WAIT_S = 180.0
 INTERNAL_BOOTSTRAP = "broker-0:19092,broker-1:19092,broker-2:19092"
 
 
-def wait_for(predicate: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    """Poll ``predicate`` (exceptions count as not yet) until it returns a truthy value, bounded."""
-    deadline = time.monotonic() + timeout_s
-    last: object = None
-    while True:
-        try:
-            value = predicate()
-            if value:
-                return value
-            last = value
-        except OdradekError as exc:
-            last = exc
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
-        time.sleep(0.5)
+def host(cluster: ComposeBackend) -> dict[str, str]:
+    """The host's clients' config: the published EXTERNAL ports, plaintext."""
+    return {"bootstrap.servers": cluster.bootstrap_servers}
 
 
 def admin(cluster: ComposeBackend) -> Admin:
-    return Admin({"bootstrap.servers": cluster.bootstrap_servers, "request.timeout.ms": 10000})
+    return helpers.admin(host(cluster))
 
 
 def create_topic(cluster: ComposeBackend, name: str) -> None:
-    """RF 3, min.insync.replicas 2; waits until every partition has a leader and its full ISR."""
-    a = admin(cluster)
-    try:
-        a.create_topics([NewTopic(name, PARTITIONS, 3, config={"min.insync.replicas": "2"})])
-        wait_for(lambda: full_isr(a, name), WAIT_S, f"{name} to have leaders and full ISRs")
-    finally:
-        a.close()
-
-
-def full_isr(a: Admin, topic: str) -> bool:
-    partitions = a.describe_topics([topic])[topic].partitions
-    return len(partitions) == PARTITIONS and all(p.leader >= 0 and len(p.isr) == 3 for p in partitions)
+    helpers.create_topic(host(cluster), name)
 
 
 def consume_all(cluster: ComposeBackend, topic: str, timeout_s: float = WAIT_S) -> dict[int, dict[int, bytes]]:
     """Every record of ``topic`` up to its current end offsets, from the host: {partition: {offset: value}}."""
-    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})  # fmt: skip
-    try:
-        consumer.assign(tps)
-        consumer.seek_to_beginning(tps)
-        ends = wait_for(lambda: consumer.end_offsets(tps), WAIT_S, f"the end offsets of {topic}")
-        seen: dict[int, dict[int, bytes]] = {p: {} for p in range(PARTITIONS)}
-        deadline = time.monotonic() + timeout_s
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            assert time.monotonic() < deadline, f"could not read {topic} to {ends} within {timeout_s:.0f} s"
-            for record in consumer.poll(timeout_ms=1000):
-                seen[record.partition][record.offset] = record.value or b""
-        return seen
-    finally:
-        consumer.close()
+    return helpers.consume_all(host(cluster), topic, timeout_s)
 
 
 # --- listeners: clients inside the compose network and on the host --------------------------------------

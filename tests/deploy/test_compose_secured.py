@@ -15,20 +15,19 @@ import logging
 import socket
 import ssl
 import struct
-import time
 
 import pytest
 
-from odradek import Admin, Consumer, NewTopic, Producer, TopicPartition
-from odradek.errors import OdradekError
+from odradek import Producer
+from tests.broker.cluster import established_tcp
+from tests.deploy import helpers
 from tests.deploy.conftest import SECURITY_DIR, SecuredCluster
+from tests.deploy.helpers import PARTITIONS, WAIT_S, consume_all, create_topic, full_isr, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
 TOPIC = "secured"
-PARTITIONS = 3
 RECORDS = 300
-WAIT_S = 180.0
 REPLICATION_PORT = 19792  # the compose file's listener ports inside each broker's container
 DATA_PORT = 19892
 DATA_EXTERNAL_PORT = 9892
@@ -38,15 +37,7 @@ BROKERS = ("broker-0", "broker-1", "broker-2")
 def established(cluster: SecuredCluster, broker: str, *, local: int | None = None, remote: int | None = None) -> int:
     """How many TCP connections are established now in ``broker``'s container with that local / remote port."""
     text = cluster.backend.exec(broker, ["sh", "-c", "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true"])
-    count = 0
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) < 4 or fields[3] != "01":  # 01: ESTABLISHED (the header line has "st")
-            continue
-        here, there = int(fields[1].rpartition(":")[2], 16), int(fields[2].rpartition(":")[2], 16)
-        if (local is None or here == local) and (remote is None or there == remote):
-            count += 1
-    return count
+    return sum(1 for here, there in established_tcp(text) if local in (None, here) and remote in (None, there))
 
 
 def host_config(cluster: SecuredCluster) -> dict[str, str]:
@@ -54,46 +45,18 @@ def host_config(cluster: SecuredCluster) -> dict[str, str]:
     return {**cluster.properties("client.properties"), "bootstrap.servers": cluster.backend.bootstrap_servers}
 
 
-def wait_for_leaders(admin: Admin) -> dict[int, int]:
-    """{partition: leader} once every partition of TOPIC has a leader and its full ISR (bounded)."""
-    deadline = time.monotonic() + WAIT_S
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            partitions = admin.describe_topics([TOPIC])[TOPIC].partitions
-            if len(partitions) == PARTITIONS and all(p.leader >= 0 and len(p.isr) == 3 for p in partitions):
-                return {p.partition: p.leader for p in partitions}
-            last = partitions
-        except OdradekError as exc:
-            last = exc
-        time.sleep(0.5)
-    raise AssertionError(f"{TOPIC} got no leaders with full ISRs within {WAIT_S:.0f} s (last: {last!r})")
-
-
 def leaders(cluster: SecuredCluster) -> dict[int, int]:
-    admin = Admin({**host_config(cluster), "request.timeout.ms": 10000})
+    """{partition: leader} of TOPIC, once each has a leader and its full ISR (bounded)."""
+    a = helpers.admin(host_config(cluster))
     try:
-        return wait_for_leaders(admin)
+        return wait_for(lambda: full_isr(a, TOPIC), WAIT_S, f"{TOPIC} to have leaders and full ISRs")
     finally:
-        admin.close()
+        a.close()
 
 
 def read_all(cluster: SecuredCluster) -> list[bytes]:
     """Every value of TOPIC up to its end offsets now, read from the host (SASL_SSL, DATA_EXTERNAL)."""
-    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-    consumer = Consumer({**host_config(cluster), "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    try:
-        consumer.assign(tps)
-        consumer.seek_to_beginning(tps)
-        ends = consumer.end_offsets(tps)
-        values: list[bytes] = []
-        deadline = time.monotonic() + WAIT_S
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            assert time.monotonic() < deadline, f"could not read {TOPIC} to {ends} within {WAIT_S:.0f} s"
-            values.extend(r.value or b"" for r in consumer.poll(timeout_ms=1000))
-        return values
-    finally:
-        consumer.close()
+    return [v for records in consume_all(host_config(cluster), TOPIC).values() for v in records.values()]
 
 
 def test_host_clients_produce_and_fetch_on_data_external_by_sasl(
@@ -104,12 +67,7 @@ def test_host_clients_produce_and_fetch_on_data_external_by_sasl(
     config = host_config(cluster)
     assert config["security.protocol"] == "SASL_SSL"
     assert config["sasl.mechanism"] == "SCRAM-SHA-512"
-    admin = Admin({**config, "request.timeout.ms": 10000})
-    try:
-        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])
-        leader_of = wait_for_leaders(admin)
-    finally:
-        admin.close()
+    leader_of = create_topic(config, TOPIC)
     before = {b: established(cluster, b, local=DATA_EXTERNAL_PORT) for b in BROKERS}
     producer = Producer({**config, "acks": "all"})
     try:
@@ -138,7 +96,7 @@ def test_followers_fetch_on_the_replication_listeners(secured_cluster: SecuredCl
 
 
 # Inside the network (broker-1's container): the admin by certificate through the PLAINTEXT listener (SSL); prints
-# as JSON how many connections the producer had open to DATA listeners and what it warned of.
+# as JSON the offsets, the container's TCP tables while the producer was open, and what it warned of.
 INSIDE_PRODUCER = """
 import json, logging, sys
 from odradek import Producer
@@ -154,18 +112,14 @@ producer = Producer(config)
 futures = [producer.send(sys.argv[3], value=f"inside-{i}".encode(), partition=i % 3) for i in range(30)]
 producer.flush(timeout=120)
 offsets = [f.result(timeout=1).offset for f in futures]
-connections = 0
-for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+tables = ""
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):  # while the producer's connections are open
     try:
-        lines = open(table).read().splitlines()[1:]
+        tables += open(table).read()
     except OSError:
-        continue
-    for line in lines:
-        fields = line.split()
-        if fields[3] == "01" and int(fields[2].rpartition(":")[2], 16) == int(sys.argv[4]):
-            connections += 1
+        pass
 producer.close()
-print(json.dumps({"offsets": offsets, "connections": connections, "warnings": warnings}))
+print(json.dumps({"offsets": offsets, "tables": tables, "warnings": warnings}))
 """
 
 
@@ -173,12 +127,13 @@ def test_clients_in_the_network_produce_on_data_by_certificate(secured_cluster: 
     leader_of = leaders(secured_cluster)
     out = secured_cluster.backend.exec("broker-1", [
         "python", "-c", INSIDE_PRODUCER, f"{SECURITY_DIR}/admin-cert.properties",
-        "broker-0:19092,broker-1:19092,broker-2:19092", TOPIC, str(DATA_PORT),
+        "broker-0:19092,broker-1:19092,broker-2:19092", TOPIC,
     ], timeout_s=WAIT_S)  # fmt: skip
     result = json.loads(out.strip().splitlines()[-1])
     assert len(result["offsets"]) == 30
     assert all(offset >= 0 for offset in result["offsets"])
-    assert result["connections"] >= len(set(leader_of.values())), result  # one per leader, on DATA (SSL)
+    on_data = [c for c in established_tcp(result["tables"]) if c[1] == DATA_PORT]
+    assert len(on_data) >= len(set(leader_of.values())), on_data  # one per leader, on DATA (SSL)
     assert not [w for w in result["warnings"] if "DATA listener" in w], result["warnings"]
     values = read_all(secured_cluster)
     assert sorted(v for v in values if v.startswith(b"inside-")) == sorted(f"inside-{i}".encode() for i in range(30))
