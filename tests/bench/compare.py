@@ -56,7 +56,10 @@ systems in a rotated order each round (so a slow drift of the machine does not f
 the table shows the median of the rounds with the range. The ratio columns divide by the baseline
 system's figure of the same workload (``--baseline``, default the first system): for throughput above 1
 means faster than the baseline, for latency above 1 means slower. Other helpers may load the machine:
-the load average is printed before and after; only ratios within one run mean anything.
+the load average is printed before and after; only ratios within one run mean anything. The header also gives
+this machine's hop measured first (``bench.rpc_floor``'s tcp-asyncio round trip between two Python processes):
+the machine's speed to wake a process changes by 2× from one session to the next, and the absolute latencies
+with it (docs/LATENCY.md).
 
 Figures only: nothing here asserts a speed (``tests/bench/test_bench_smoke.py`` runs it tiny and checks
 that the output is complete).
@@ -76,6 +79,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import rpc_floor
 from tests.bench.systems import (
     NatsCluster,
     OdradekCluster,
@@ -87,6 +91,7 @@ from tests.bench.systems import (
 
 SYSTEMS = ("odradek-rf3", "odradek-rf1", "odradek-kafka-rf3", "odradek-kafka-rf1", "nats-r3", "nats-r1", "redis")
 ROOT = Path(__file__).resolve().parents[2]
+HOP_ROUND_TRIPS = 1000  # machine_hop(): about 1.5 s with its warm-up
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,6 +414,12 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def machine_hop() -> dict[str, float]:
+    """One message round trip between two Python processes here (``bench.rpc_floor``'s tcp-asyncio): the floor
+    under every hop of a record, and what moves most between sessions on a shared machine (docs/LATENCY.md)."""
+    return rpc_floor.measure("tcp-asyncio", HOP_ROUND_TRIPS, 200, 0.001)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.compare", description=__doc__.split("\n")[0])
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, of {', '.join(SYSTEMS)}")
@@ -483,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     directory = tempfile.mkdtemp(prefix="odradek-compare-")
     run = Run(Path(directory), e2e_consumer_process=args.e2e_consumer_process)
     started_at, load_before = time.strftime("%Y-%m-%d %H:%M:%S %Z"), load()
+    hop = machine_hop()
     try:
         start_servers(run, systems, args)
         if client_cpus is not None:  # the servers run already, on every CPU; the clients start from here
@@ -497,11 +509,15 @@ def main(argv: list[str] | None = None) -> int:
           + (f"; every client on CPU {args.client_cpus} only" if client_cpus else "")
           + (f"; Odradek with odradek up --security {args.security}" if args.security != "plaintext" else "")
           + ("; Odradek's e2e consumer in a process of its own." if args.e2e_consumer_process else "."))  # fmt: skip
+    print(f"This machine's hop (python -m bench.rpc_floor's tcp-asyncio, {HOP_ROUND_TRIPS} round trips 1 ms apart, "
+          f"before the servers started): p50 {hop['p50_ms']:.3f} ms, p99 {hop['p99_ms']:.3f} ms; absolute latencies "
+          "compare across runs only as far as this does.")  # fmt: skip
     for system, why in run.skipped.items():
         print(f"{system}: {why}")
     print(render(results, systems, workloads, baseline, args.repeat))
     if args.json_out:
-        doc = {"started": started_at, "load_before": load_before, "load_after": load_after, "repeat": args.repeat,
+        doc = {"started": started_at, "load_before": load_before, "load_after": load_after, "machine_hop": hop,
+               "repeat": args.repeat,
                "scale": args.scale, "baseline": baseline, "skipped": run.skipped,
                "results": [{"workload": r.workload, "system": r.system, "round": r.round, "doc": r.doc,
                             "error": r.error} for r in results]}  # fmt: skip

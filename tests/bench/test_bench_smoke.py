@@ -41,6 +41,10 @@ def test_compare_runs_every_workload_on_every_system(tmp_path: Path) -> None:
     by_key = {(r["workload"], r["system"]): r for r in doc["results"]}
     assert set(by_key) == {(w, s) for w in WORKLOADS_RUN for s in SYSTEMS}
     table = done.stdout
+    hop = doc["machine_hop"]  # the machine's speed, measured in the same run (a TCP round trip between processes)
+    assert 0 < hop["p50_ms"] <= hop["p99_ms"]
+    assert "This machine's hop (python -m bench.rpc_floor's tcp-asyncio, 1000 round trips" in table
+    assert f"p50 {hop['p50_ms']:.3f} ms, p99 {hop['p99_ms']:.3f} ms" in table
     for system in SYSTEMS:
         binary = BINARIES.get(system)
         if binary is not None and find_binary(binary)[0] is None:
