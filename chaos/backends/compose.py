@@ -4,7 +4,9 @@ Two ways in:
 
 * :meth:`ComposeBackend.start` brings up a fresh compose project (``up -d --no-build``: the images must
   exist, ``deploy/build.sh`` makes them) on free host ports and a free subnet, waits until every node is
-  healthy, and ``close()`` takes it down with its volumes (``down -v``).
+  healthy, and ``close()`` takes it down with its volumes (``down -v``); ``overlays`` lays more compose files
+  over the main one (``deploy/docker-compose.secured.yml``: then :meth:`~ComposeBackend.wait_completed` waits
+  for its one-shot ``security-admin`` and :meth:`~ComposeBackend.copy_out` takes the client files out).
 * :meth:`ComposeBackend.attach` takes a running project (``docker compose -p NAME -f FILE up -d``);
   ``close()`` then only resumes and reconnects the nodes it hurt, and leaves the project running.
 
