@@ -17,6 +17,8 @@ from ``time.process_time``):
     grpc-sync-unary    one unary call per round trip (the fallback path)
     tcp-asyncio        length-prefixed frames on a plain TCP connection, ``asyncio`` streams on both sides
                        (what the Kafka wire-protocol listener, ``broker/kafka``, is built on)
+    tcp-asyncio-protocol  the same client; the server an ``asyncio.Protocol`` that parses the frames in
+                       ``data_received`` and writes the answer there (no stream reader, task or future per frame)
 
 The ratio columns divide by the first transport's figures. Compare figures within one run only (the
 machine's speed changes between sessions). With ``--json`` the last line of stdout is one JSON object.
@@ -43,7 +45,8 @@ from odradek.perf.stats import percentile
 
 SERVICE, METHOD, UNARY = "bench.Echo", "Stream", "Call"
 FRAME = struct.Struct(">I")
-TRANSPORTS = ("grpc-sync-stream", "grpc-aio-stream", "grpc-sync-unary", "tcp-asyncio")
+TRANSPORTS = ("grpc-sync-stream", "grpc-aio-stream", "grpc-sync-unary", "tcp-asyncio", "tcp-asyncio-protocol")
+SERVERS = {"tcp-asyncio": "tcp", "tcp-asyncio-protocol": "tcp-protocol"}  # the others: "grpc"
 
 
 def _same(data: bytes) -> bytes:
@@ -84,6 +87,32 @@ async def _tcp_server(port: int) -> None:
             writer.close()
 
     server = await asyncio.start_server(echo, "127.0.0.1", port)
+    print("ready", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+class _EchoProtocol(asyncio.Protocol):
+    """The frames echoed from ``data_received``: no stream reader, no task, no future per frame."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._inbox = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        inbox = self._inbox
+        inbox += data
+        while len(inbox) >= FRAME.size:
+            end = FRAME.size + FRAME.unpack_from(inbox)[0]
+            if len(inbox) < end:
+                return
+            self._transport.write(bytes(inbox[:end]))
+            del inbox[:end]
+
+
+async def _tcp_protocol_server(port: int) -> None:
+    server = await asyncio.get_running_loop().create_server(_EchoProtocol, "127.0.0.1", port)
     print("ready", flush=True)
     async with server:
         await server.serve_forever()
@@ -175,6 +204,7 @@ CLIENTS: dict[str, Callable[[int, bytes, int, float], list[float]]] = {
     "grpc-aio-stream": _grpc_aio_stream,
     "grpc-sync-unary": _grpc_sync_unary,
     "tcp-asyncio": _tcp_asyncio,
+    "tcp-asyncio-protocol": _tcp_asyncio,  # the same client; the server differs
 }
 
 
@@ -197,7 +227,7 @@ def _cpu_s(pid: int) -> float:
 def measure(transport: str, round_trips: int, size: int, pace_s: float) -> dict[str, float]:
     """One transport: a fresh server process, a warm-up, then the measured round trips."""
     port = _free_port()
-    kind = "tcp" if transport.startswith("tcp") else "grpc"
+    kind = SERVERS.get(transport, "grpc")
     server = subprocess.Popen([sys.executable, "-m", "bench.rpc_floor", "--serve", kind, "--port", str(port)],
                               stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
@@ -237,11 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2, help="rounds over every transport; the best p50 is kept")
     parser.add_argument("--transports", default=",".join(TRANSPORTS), help="comma-separated, in this order")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--serve", choices=("grpc", "tcp"), help=argparse.SUPPRESS)  # the child process
+    parser.add_argument("--serve", choices=("grpc", "tcp", "tcp-protocol"), help=argparse.SUPPRESS)  # the child
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        asyncio.run(_grpc_server(args.port) if args.serve == "grpc" else _tcp_server(args.port))
+        servers = {"grpc": _grpc_server, "tcp": _tcp_server, "tcp-protocol": _tcp_protocol_server}
+        asyncio.run(servers[args.serve](args.port))
         return 0
     transports = [t for t in args.transports.split(",") if t]
     unknown = [t for t in transports if t not in CLIENTS]

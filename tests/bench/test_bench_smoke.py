@@ -171,13 +171,15 @@ def test_the_rpc_floor_bench_measures_every_transport() -> None:
     done = run("bench.rpc_floor", ["--round-trips", "50", "--repeat", "1", "--pace-ms", "0.2", "--json"], 120)
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(doc["transports"]) == {"grpc-sync-stream", "grpc-aio-stream", "grpc-sync-unary", "tcp-asyncio"}
+    assert set(doc["transports"]) == {"grpc-sync-stream", "grpc-aio-stream", "grpc-sync-unary", "tcp-asyncio",
+                                      "tcp-asyncio-protocol"}  # fmt: skip
     for name, figures in doc["transports"].items():
         assert 0 < figures["p50_ms"] <= figures["p99_ms"], name
         assert figures["client_cpu_us"] > 0, name
         assert figures["server_cpu_us"] >= 0, name  # /proc counts in clock ticks: a short run may show none
     table = done.stdout.split("\n")
-    assert any(line.startswith("tcp-asyncio") for line in table)
+    assert any(line.startswith("tcp-asyncio ") for line in table)
+    assert any(line.startswith("tcp-asyncio-protocol ") for line in table)
 
 
 def test_the_cpu_bench_counts_every_process_by_role(tmp_path: Path) -> None:
