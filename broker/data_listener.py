@@ -166,7 +166,7 @@ class DataListener(LoopListener):
         reading: asyncio.Task[bool] | None = None
         writing: asyncio.Task[None] | None = None
         try:
-            conn.principal = self._principal(writer)
+            conn.principal = self.principal_of(writer)
             if self.signer is not None and (conn.principal == ANONYMOUS or self.protocol == "SASL_PLAINTEXT"):
                 conn.principal = None  # SASL: a session token first (a verified certificate will do on SASL_SSL)
             reading = asyncio.ensure_future(self._read(conn))

@@ -133,10 +133,10 @@ class LoopListener:
     async def _close_all(self) -> None:
         raise NotImplementedError
 
-    def _principal(self, writer: asyncio.StreamWriter) -> str:
-        """The connection's principal: its client certificate's under TLS (``ssl.SSLError`` when the mapping
-        rules refuse it), else ``User:ANONYMOUS``."""
-        ssl_object = writer.get_extra_info("ssl_object")
+    def principal_of(self, connection: asyncio.StreamWriter | asyncio.BaseTransport) -> str:
+        """The connection's principal (a stream's writer or a protocol's transport): its client certificate's
+        under TLS (``ssl.SSLError`` when the mapping rules refuse it), else ``User:ANONYMOUS``."""
+        ssl_object = connection.get_extra_info("ssl_object")
         if ssl_object is None:
             return ANONYMOUS
         return security.certificate_principal(ssl_object, self.ctx.security.principal_mapper)

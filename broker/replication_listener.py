@@ -2,10 +2,13 @@
 :mod:`broker.replication_link`'s docstring).
 
 It is an ``asyncio`` server on the event loop of the broker's inter-broker gRPC listener
-(:class:`~broker.loop_listener.LoopListener`), and each request is answered by that listener's
-:meth:`BrokerService.Fetch <broker.service.BrokerService.Fetch>` coroutine: the same
-reads, long poll (a :class:`~controller.long_poll.Wakeup`, no thread held), metrics and ``fe`` trace events
-(``log.trace``) as a gRPC ReplicaFetch message. Being on that loop matters: the Produce requests of clients on
+(:class:`~broker.loop_listener.LoopListener`), one ``asyncio.Protocol`` per connection (:class:`_Connection`):
+frames are parsed as they arrive and each request is answered from a callback,
+:meth:`BrokerService.fetch_in_session <broker.service.BrokerService.fetch_in_session>`: the same reads, long poll
+(a timer and the parked operation's callback, no thread or task held), metrics and ``fe`` trace events
+(``log.trace``) as a gRPC ReplicaFetch message, without a task, a stream read or a future per request (a
+follower's report is on the way of every acks=all record: measured in docs/LATENCY.md, e2e p50 0.8-0.9x of the
+stream-and-task version). Being on that loop matters: the Produce requests of clients on
 that listener append there, so an append wakes the parked follower fetches, and a follower's report moves
 the high watermark and completes the waiting acks=all produces, without a thread switch (measured in
 docs/LATENCY.md: a thread per connection cost each of those hand-offs ~0.1 ms).
@@ -26,6 +29,8 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
+from collections.abc import Callable
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -34,8 +39,8 @@ from broker.context import BrokerContext
 from broker.errors import error
 from broker.fetch_session import LeaderSession, SessionError
 from broker.handlers import fetch
-from broker.loop_listener import IdleTimer, LoopListener, NoContext
-from common.framing import SIZE, frame
+from broker.loop_listener import ANONYMOUS, IdleTimer, LoopListener
+from common.framing import SIZE, frame, split_host_port
 from controller.security.rules import BROKER_RULES, Check
 from metadata.configs import ConfigError
 from proto import broker_pb2 as pb
@@ -57,79 +62,179 @@ class ReplicationListener(LoopListener):
                               "SASL_SSL")  # fmt: skip
         super().__init__(ctx, name, listen, service, loop, tls=protocol in ("SSL", "SASL_SSL"))
         self.protocol = protocol
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._connections: set[_Connection] = set()
+
+    async def _start(self) -> None:
+        host, port = split_host_port(self.listen)
+        try:
+            self._server = await self._loop.create_server(
+                lambda: _Connection(self), host, port, ssl=self.tls, reuse_address=True,
+                ssl_handshake_timeout=self.idle_timeout_s if self.tls is not None else None,
+            )  # fmt: skip
+        except OSError as exc:
+            raise RuntimeError(f"cannot listen on {self.listen}: {exc}") from None
+        self.port = self._server.sockets[0].getsockname()[1]
 
     async def _close_all(self) -> None:
-        for writer in list(self._writers):
-            writer.transport.abort()
+        for connection in list(self._connections):
+            connection.abort()
 
-    # --- connections (the loop) ---------------------------------------------------------------------
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        who = f"{peer[0]}:{peer[1]}"
-        if len(self._writers) >= self.max_connections:
-            logger.warning("broker %d: %s at max.connections=%d, refusing %s", self.ctx.broker_id, self.name,
-                           self.max_connections, peer[0])  # fmt: skip
-            writer.transport.abort()
-            return
-        self._writers.add(writer)
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        idle = IdleTimer(self._loop, self.idle_timeout_s, writer.transport.abort)
-        session = LeaderSession(self.ctx)  # the connection's fetch session (broker.fetch_session)
-        try:
-            principal = self._principal(writer)
-            while True:
-                head = await reader.readexactly(SIZE.size)
-                (size,) = SIZE.unpack(head)
-                if size > self.max_request_bytes:
-                    logger.info("replication listener: closing %s: a request of %d bytes is over "
-                                "socket.request.max.bytes (%d)", who, size, self.max_request_bytes)  # fmt: skip
-                    return
-                try:
-                    request = pb.FetchRequest.FromString(await reader.readexactly(size))
-                except DecodeError as exc:
-                    logger.info("replication listener: closing %s: a request that is not a FetchRequest: %s", who,
-                                exc)  # fmt: skip
-                    return
-                idle.busy()  # the long poll has a deadline of its own
-                response = await self._answer(request, principal, str(peer[0]), session)
-                idle.idle()  # the answer read (drain waits for that) and the next request: within the idle time
-                writer.write(frame(response.SerializeToString()))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, OSError) as exc:  # the peer closed, idled out, reset; a TLS error
-            logger.debug("replication listener: connection from %s ended: %r", who, exc)
-        except Exception:
-            logger.exception("broker %d: replication listener: a fetch from %s failed", self.ctx.broker_id, who)
-        finally:
-            idle.cancel()
-            session.close()
-            self._writers.discard(writer)
-            writer.transport.abort()
-
-    async def _answer(
-        self, request: pb.FetchRequest, principal: str, host: str, session: LeaderSession
-    ) -> pb.FetchResponse:
+    def _answer(
+        self, request: pb.FetchRequest, principal: str, host: str, session: LeaderSession,
+        done: Callable[[pb.FetchResponse | BaseException], None],
+    ) -> None:  # fmt: skip
+        """``done(answer)`` once the request is answered (on the loop; at once for a refusal), or ``done(error)``
+        for an unexpected error."""
         if request.replica_id < 0:
-            return fetch.refused(request, "INVALID_REQUEST", "the REPLICATION listener serves follower fetches only "
-                                 f"(replica_id >= 0), got replica_id {request.replica_id}: consumers fetch on a "
-                                 "client listener")  # fmt: skip
+            done(fetch.refused(request, "INVALID_REQUEST", "the REPLICATION listener serves follower fetches only "
+                               f"(replica_id >= 0), got replica_id {request.replica_id}: consumers fetch on a "
+                               "client listener"))  # fmt: skip
+            return
         try:
             view = session.apply(request)
         except SessionError as exc:
             logger.info("broker %d: replication listener: fetch session of broker %d: %s: %s", self.ctx.broker_id,
                         request.replica_id, exc.code, exc)  # fmt: skip
-            return pb.FetchResponse(error=error(exc.code, str(exc)))
+            done(pb.FetchResponse(error=error(exc.code, str(exc))))
+            return
         guard = self.ctx.guard
         if guard is not None and guard.authorizer is not None:
             denial = BROKER_RULES[RULE](request, Check(guard.authorizer.current(), principal, host))
             if denial is not None:
                 refusal = fetch.refused(view, denial.code, denial.message)  # every partition of the session
                 session.answered(refusal)
-                return refusal
-        response: pb.FetchResponse = await self._service.Fetch(view, NoContext(), session)
-        session.answered(response)
-        return response
+                done(refusal)
+                return
+
+        def answered(response: pb.FetchResponse | BaseException) -> None:
+            if not isinstance(response, BaseException):
+                session.answered(response)
+            done(response)
+
+        self._service.fetch_in_session(view, session, answered)
+
+
+class _Connection(asyncio.Protocol):
+    """One follower's connection, on the loop: frames parsed as they arrive (``data_received``), one request at a
+    time (the follower's lockstep), each answered from the callback of its fetch; no task, stream read or future
+    per request (docs/LATENCY.md). Back-pressure: while the transport's write buffer is above its high-water mark
+    (a follower not reading its answers) no further request is taken, and the connection counts as idle, so
+    ``connections.max.idle.ms`` closes it."""
+
+    def __init__(self, listener: ReplicationListener) -> None:
+        self._listener = listener
+        self._inbox = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self._idle: IdleTimer | None = None
+        self._session: LeaderSession | None = None
+        self._principal = ANONYMOUS
+        self._host = self._who = "?"
+        self._busy = False  # a request taken, not answered yet
+        self._paused = False  # the write buffer is full
+        self._closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        listener = self._listener
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        self._host, self._who = str(peer[0]), f"{peer[0]}:{peer[1]}"
+        if len(listener._connections) >= listener.max_connections:
+            logger.warning("broker %d: %s at max.connections=%d, refusing %s", listener.ctx.broker_id,
+                           listener.name, listener.max_connections, peer[0])  # fmt: skip
+            self._closed = True
+            transport.abort()
+            return
+        try:
+            self._principal = listener.principal_of(transport)
+        except ssl.SSLError as exc:  # the principal mapping rules refuse the certificate
+            logger.info("replication listener: closing %s: %s", self._who, exc)
+            self._closed = True
+            transport.abort()
+            return
+        listener._connections.add(self)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._idle = IdleTimer(listener._loop, listener.idle_timeout_s, transport.abort)
+        self._session = LeaderSession(listener.ctx)  # the connection's fetch session (broker.fetch_session)
+
+    def data_received(self, data: bytes) -> None:
+        self._inbox += data
+        self._next()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._next()
+
+    def _next(self) -> None:
+        """Take the next request when one has arrived whole and none is being answered."""
+        if self._busy or self._paused or self._closed:
+            return
+        inbox = self._inbox
+        if len(inbox) < SIZE.size:
+            return
+        (size,) = SIZE.unpack_from(inbox)
+        listener = self._listener
+        if size > listener.max_request_bytes:
+            logger.info("replication listener: closing %s: a request of %d bytes is over socket.request.max.bytes "
+                        "(%d)", self._who, size, listener.max_request_bytes)  # fmt: skip
+            self.abort()
+            return
+        end = SIZE.size + size
+        if len(inbox) < end:
+            return
+        try:
+            request = pb.FetchRequest.FromString(bytes(inbox[SIZE.size : end]))
+        except DecodeError as exc:
+            logger.info("replication listener: closing %s: a request that is not a FetchRequest: %s", self._who, exc)
+            self.abort()
+            return
+        del inbox[:end]
+        assert self._idle is not None
+        assert self._session is not None
+        self._idle.busy()  # the long poll has a deadline of its own
+        self._busy = True
+        try:
+            listener._answer(request, self._principal, self._host, self._session, self._answered)
+        except Exception as exc:
+            self._answered(exc)
+
+    def _answered(self, response: pb.FetchResponse | BaseException) -> None:
+        assert self._idle is not None
+        assert self._transport is not None
+        self._busy = False
+        self._idle.idle()  # the answer read and the next request: within the idle time
+        if self._closed:
+            self._end_session()
+            return
+        if isinstance(response, BaseException):
+            logger.error("broker %d: replication listener: a fetch from %s failed; closing the connection",
+                         self._listener.ctx.broker_id, self._who, exc_info=response)  # fmt: skip
+            self.abort()
+            return
+        self._transport.write(frame(response.SerializeToString()))
+        self._next()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()  # connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            logger.debug("replication listener: connection from %s ended: %r", self._who, exc)
+        self._closed = True
+        self._listener._connections.discard(self)
+        if self._idle is not None:
+            self._idle.cancel()
+        if not self._busy:  # else when its fetch is answered: the session is in use until then
+            self._end_session()
+
+    def _end_session(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None

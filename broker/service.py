@@ -16,7 +16,9 @@ the small read after a wake-up and the first read of a fetch with nothing to rea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -54,6 +56,7 @@ from broker.handlers import (
     write_txn_markers,
 )
 from broker.lifecycle import LISTENER
+from broker.loop_listener import NoContext
 from controller.long_poll import Wakeup, run_blocking
 from controller.rpc_server import RpcServer
 from log import trace
@@ -227,6 +230,41 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     def _record_failure(self, handler: Callable[..., Any], request: Any, arrived: float) -> None:
         if self._ctx.metrics is not None:
             self._ctx.metrics.requests.record_failure(handler, request, arrived)
+
+    def fetch_in_session(self, view: Any, session: Any, done: Callable[[Any], None]) -> None:
+        """:meth:`Fetch` of a fetch session's ``view`` (``broker.replication_listener``) without a coroutine when
+        it stays on the event loop, which is how a caught-up follower's report goes: the first read on the loop,
+        the long poll a timer and a callback of the parked operation, the read after it on the loop when what woke
+        it is at most ``fetch.inline.read.max.bytes``. ``done(response)`` runs on the loop, once; a fetch with a
+        first read for the worker pool runs as :meth:`Fetch` in a task. An unexpected error is logged, counted,
+        and passed to ``done`` as the exception (the caller closes the connection). Measured in docs/LATENCY.md:
+        no task, stream read or future per request on the way of every replicated record."""
+        loop = asyncio.get_running_loop()
+        arrived = time.perf_counter()
+        if not (self._inline_read_max_bytes > 0 and session.nothing_to_read(self._ctx)):
+            task = loop.create_task(self.Fetch(view, NoContext(), session))
+            task.add_done_callback(lambda t: done(_outcome(t)))
+            return
+        try:
+            started = session.begin(self._ctx, view)
+        except Exception as exc:
+            self._failed(view, arrived, exc)
+            done(exc)
+            return
+        if not isinstance(started, fetch.PendingFetch):
+            self._fetched(view, started, arrived, 0)
+            done(started)
+            return
+        _ParkedFetch(self, loop, view, session, started, arrived, done).park()
+
+    def _fetched(self, request: Any, response: Any, arrived: float, woke_ns: int) -> None:
+        if trace.ON:
+            fetch.trace_fetch(request, response, arrived, woke_ns)
+        self._record(fetch.handle, request, response, arrived)
+
+    def _failed(self, request: Any, arrived: float, exc: BaseException) -> None:
+        self._record_failure(fetch.handle, request, arrived)
+        logger.error("broker %d: a fetch failed", self._ctx.broker_id, exc_info=exc)
 
     async def _call_inline(
         self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any,
@@ -416,3 +454,80 @@ def start_grpc_server(
     if services is not None:
         services[listener] = (rpc, holder[0])
     return rpc
+
+
+class _ParkedFetch:
+    """A session fetch waiting in the purgatory (:meth:`BrokerService.fetch_in_session`): woken by the operation's
+    completion (on the loop's thread directly, from another through ``call_soon_threadsafe``) or by its timer,
+    whichever comes first; then the read after the wait and ``done``."""
+
+    __slots__ = ("_service", "_loop", "_thread", "_view", "_session", "_started", "_arrived", "_done", "_timer",
+                 "_fired")  # fmt: skip
+
+    def __init__(
+        self, service: BrokerService, loop: asyncio.AbstractEventLoop, view: Any, session: Any,
+        started: fetch.PendingFetch[Any], arrived: float, done: Callable[[Any], None],
+    ) -> None:  # fmt: skip
+        self._service = service
+        self._loop = loop
+        self._thread = threading.get_ident()
+        self._view = view
+        self._session = session
+        self._started = started
+        self._arrived = arrived
+        self._done = done
+        self._timer: asyncio.TimerHandle | None = None
+        self._fired = False
+
+    def park(self) -> None:
+        self._timer = self._loop.call_later(max(self._started.wait_s, 0.0), self._resume, True)
+        self._started.op.add_done_callback(self._wake)  # at once when it completed meanwhile
+
+    def _wake(self) -> None:
+        if threading.get_ident() == self._thread:
+            self._resume(False)
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            self._loop.call_soon_threadsafe(self._resume, False)
+
+    def _resume(self, expired: bool) -> None:
+        if self._fired:
+            return
+        self._fired = True
+        if self._timer is not None:
+            self._timer.cancel()
+        service, op = self._service, self._started.op
+        if expired:
+            op.expire()
+        woke_ns = trace.now_ns() if trace.ON else 0
+        finish = self._session.finish
+        if op.ready_bytes <= service._inline_read_max_bytes:  # small: read here, no hop to a worker and back
+            try:
+                response = finish(service._ctx, self._started)
+            except Exception as exc:
+                service._failed(self._view, self._arrived, exc)
+                self._done(exc)
+                return
+            service._fetched(self._view, response, self._arrived, woke_ns)
+            self._done(response)
+            return
+        if service._pool is None:
+            self._done(RuntimeError("an asynchronous read needs the server's worker pool"))
+            return
+        task = self._loop.create_task(run_blocking(service._pool, finish, service._ctx, self._started))
+        task.add_done_callback(lambda t: self._read(t, woke_ns))
+
+    def _read(self, task: asyncio.Task[Any], woke_ns: int) -> None:
+        outcome = _outcome(task)
+        if isinstance(outcome, BaseException):
+            self._service._failed(self._view, self._arrived, outcome)
+        else:
+            self._service._fetched(self._view, outcome, self._arrived, woke_ns)
+        self._done(outcome)
+
+
+def _outcome(task: asyncio.Task[Any]) -> Any:
+    """A finished task's result, or the exception it ended with (CancelledError when cancelled)."""
+    if task.cancelled():
+        return asyncio.CancelledError()
+    return task.exception() or task.result()

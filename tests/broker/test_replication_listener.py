@@ -9,7 +9,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -102,3 +102,58 @@ def test_fetches_closer_than_the_idle_time_keep_the_connection(
             sock.sendall(fetch(h, max_wait_ms=50))
             answer(sock)
             assert not closed_within(sock, IDLE_MS * 0.5 / 1000)
+
+
+def test_requests_sent_together_are_taken_one_at_a_time_in_order(
+    listener: tuple[BrokerHarness, ReplicationListener],
+) -> None:
+    """The follower's lockstep, kept by the listener too: a second request already in the socket is taken only
+    once the first is answered (the first parks for its max wait, so the second's answer comes after it)."""
+    h, served = listener
+    with socket.create_connection(("127.0.0.1", served.port), timeout=WAIT_S) as sock:
+        sock.sendall(fetch(h, max_wait_ms=400) + fetch(h, max_wait_ms=1))
+        sent = time.monotonic()
+        answer(sock)
+        first = time.monotonic() - sent
+        answer(sock)
+        assert first >= 0.35  # the first waited its max wait: nothing to read
+        assert served._connections  # still open, serving
+
+
+def test_a_connection_lost_while_its_fetch_waits_ends_quietly(
+    listener: tuple[BrokerHarness, ReplicationListener], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The fetch in progress finishes on its own (its session is closed after it, not under it), nothing is
+    logged as an error, and the listener serves the next connection."""
+    h, served = listener
+    with socket.create_connection(("127.0.0.1", served.port), timeout=WAIT_S) as sock:
+        sock.sendall(fetch(h, max_wait_ms=300))
+        deadline = time.monotonic() + WAIT_S
+        while not served._connections:
+            assert time.monotonic() < deadline, "the listener did not take the connection"
+            time.sleep(0.01)
+    deadline = time.monotonic() + WAIT_S
+    while served._connections:  # the close is seen at once; the parked fetch ends at its max wait
+        assert time.monotonic() < deadline, "the lost connection is still listed"
+        time.sleep(0.01)
+    time.sleep(0.5)  # past the parked fetch's max wait: it was answered into a closed connection
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+    with socket.create_connection(("127.0.0.1", served.port), timeout=WAIT_S) as sock:
+        sock.sendall(fetch(h, max_wait_ms=1))
+        assert [t.name for t in answer(sock).topics] == ["t"]
+
+
+def test_an_unexpected_error_closes_the_connection_and_is_logged(
+    listener: tuple[BrokerHarness, ReplicationListener], caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    h, served = listener
+
+    def failing(view: object, session: object, done: Callable[[object], None]) -> None:
+        done(RuntimeError("a bug in the fetch path"))
+
+    monkeypatch.setattr(served._service, "fetch_in_session", failing)
+    with socket.create_connection(("127.0.0.1", served.port), timeout=WAIT_S) as sock:
+        sock.sendall(fetch(h, max_wait_ms=1))
+        assert closed_within(sock, WAIT_S)
+    assert any("a fetch from" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
