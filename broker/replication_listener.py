@@ -131,6 +131,7 @@ class _Connection(asyncio.Protocol):
         self._host = self._who = "?"
         self._busy = False  # a request taken, not answered yet
         self._paused = False  # the write buffer is full
+        self._taking = False  # inside _next's loop
         self._closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -172,28 +173,38 @@ class _Connection(asyncio.Protocol):
         self._next()
 
     def _next(self) -> None:
-        """Take the next request when one has arrived whole and none is being answered."""
-        if self._busy or self._paused or self._closed:
+        """Take the requests that have arrived whole, one at a time: each once the one before is answered. A loop,
+        not a recursion, when answers come at once (refusals): a client that pipelines many costs no stack."""
+        if self._taking:  # called back from an answer given inside the loop below: it goes on by itself
             return
+        self._taking = True
+        try:
+            while not (self._busy or self._paused or self._closed) and self._take():
+                pass
+        finally:
+            self._taking = False
+
+    def _take(self) -> bool:
+        """Start answering the next request if it has arrived whole (True), else False."""
         inbox = self._inbox
         if len(inbox) < SIZE.size:
-            return
+            return False
         (size,) = SIZE.unpack_from(inbox)
         listener = self._listener
         if size > listener.max_request_bytes:
             logger.info("replication listener: closing %s: a request of %d bytes is over socket.request.max.bytes "
                         "(%d)", self._who, size, listener.max_request_bytes)  # fmt: skip
             self.abort()
-            return
+            return False
         end = SIZE.size + size
         if len(inbox) < end:
-            return
+            return False
         try:
             request = pb.FetchRequest.FromString(bytes(inbox[SIZE.size : end]))
         except DecodeError as exc:
             logger.info("replication listener: closing %s: a request that is not a FetchRequest: %s", self._who, exc)
             self.abort()
-            return
+            return False
         del inbox[:end]
         assert self._idle is not None
         assert self._session is not None
@@ -203,6 +214,7 @@ class _Connection(asyncio.Protocol):
             listener._answer(request, self._principal, self._host, self._session, self._answered)
         except Exception as exc:
             self._answered(exc)
+        return True
 
     def _answered(self, response: pb.FetchResponse | BaseException) -> None:
         assert self._idle is not None

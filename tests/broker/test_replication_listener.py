@@ -157,3 +157,20 @@ def test_an_unexpected_error_closes_the_connection_and_is_logged(
         sock.sendall(fetch(h, max_wait_ms=1))
         assert closed_within(sock, WAIT_S)
     assert any("a fetch from" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+
+
+def test_a_thousand_pipelined_refusals_are_answered_in_order(
+    listener: tuple[BrokerHarness, ReplicationListener], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Requests answered at once (not a follower's: INVALID_REQUEST) and sent all together are taken in a loop,
+    not a recursion: every one answered, the connection kept, nothing logged as an error."""
+    h, served = listener
+    request = pb.FetchRequest(replica_id=-1, max_wait_ms=1, max_bytes=1024)
+    request.topics.add(name="t").partitions.add(partition=0, fetch_offset=0, partition_max_bytes=1024)
+    with socket.create_connection(("127.0.0.1", served.port), timeout=WAIT_S) as sock:
+        sock.sendall(frame(request.SerializeToString()) * 1000)
+        codes = [answer(sock).topics[0].partitions[0].error.code for _ in range(1000)]
+        assert codes == ["INVALID_REQUEST"] * 1000
+        sock.sendall(fetch(h, max_wait_ms=1))
+        assert [t.name for t in answer(sock).topics] == ["t"]
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
