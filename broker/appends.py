@@ -22,6 +22,7 @@ from broker.delayed_produce import DelayedProduce, ProduceStatus
 from broker.log_manager import TopicPartition
 from broker.purgatory import DelayedOperation, Purgatory
 from common.clock import Clock
+from log import trace
 from log.append import AppendInfo
 from replication.partition import Partition, Verifier
 
@@ -53,6 +54,7 @@ class AppendResult:
     info: AppendInfo | None = None
     exception: Exception | None = None
     status: ProduceStatus | None = None
+    appended_ns: int = 0  # with ``log.trace`` on: when the append ended, before it woke any waiting fetch
 
     @property
     def replication_error(self) -> str:
@@ -99,6 +101,8 @@ class PendingAppend:
                 self.results.append(result)
                 continue
             self.results.append(result)
+            if trace.ON:  # before the wake-ups: a parked follower fetch may be answered inside complete_delayed
+                result.appended_ns = trace.now_ns()
             manager.complete_delayed(partition.key)  # waiting fetches (and, with ISR = {leader}, produces)
             if self._acks == -1 and self._wait:
                 result.status = ProduceStatus(partition.key, result.info.last_offset + 1, epoch)

@@ -126,7 +126,6 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             started = await self._call_blocking(produce.resume, started, context, produce.handle, arrived)
         traced = trace.ON and isinstance(started, produce.PendingProduce)
         if traced:
-            appended_ns = trace.now_ns()
             results = started.pending.results  # type: ignore[union-attr]
         if isinstance(started, produce.PendingProduce):
             request.ClearField("topics")  # the records are written: free them while the ISR catches up
@@ -138,7 +137,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 op.expire()
             started = produce.finish(started)
         if traced:
-            _trace_produce(arrived, appended_ns, results)
+            _trace_produce(arrived, results)
         self._record(produce.handle, request, started, arrived)
         return started
 
@@ -385,14 +384,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         return self._call(delete_groups.handle, request, context)
 
 
-def _trace_produce(arrived_s: float, appended_ns: int, results: list[Any]) -> None:
+def _trace_produce(arrived_s: float, results: list[Any]) -> None:
     """``lp`` events (``log.trace``): per appended partition of an acks=all Produce, its offsets and when
-    the request arrived, its appends were done, and its answer was ready (``perf_counter`` clock)."""
+    the request arrived, its append ended (``AppendResult.appended_ns``: before the append woke any fetch),
+    and its answer was ready (``perf_counter`` clock)."""
     answered_ns = trace.now_ns()
     for result in results:
         if result.info is not None:
             trace.record(int(arrived_s * 1e9), "lp", result.key[0], result.key[1], result.info.first_offset,
-                         result.info.last_offset, appended_ns, answered_ns)  # fmt: skip
+                         result.info.last_offset, result.appended_ns, answered_ns)  # fmt: skip
 
 
 def message_limits(config: BrokerConfig) -> tuple[int, int]:

@@ -136,15 +136,15 @@ STAGES = (
     ("Produce call to the leader's event loop", "gRPC client and server, the request's decoding"),
     ("leader: append", "validation, offsets, the write to the page cache"),
     ("leader: append to follower fetch woken", "the parked follower fetch's wake-up on the event loop"),
-    ("leader: follower fetch woken to answered", "its read (on a worker thread), the answer built"),
-    ("follower: answer received", "gRPC back to the follower"),
+    ("leader: follower fetch woken to answered", "its read (on the loop; a large one on a worker), the answer"),
+    ("follower: answer received", "the REPLICATION connection (or gRPC) back to the follower"),
     ("follower: append", ""),
     ("follower: appended to next fetch at the leader", "the follower's next Fetch, to its arrival"),
     ("leader: follower fetch arrived to HW moved", "the read that takes the follower's position"),
     ("leader: HW moved to Produce answered", "purgatory completion, the event loop's wake-up, the answer"),
     ("producer: answer to future done", "gRPC, the sender thread's hand-off, the future's callback"),
     ("consumer: HW moved to consumer fetch woken", "the parked consumer fetch's wake-up"),
-    ("consumer: fetch woken to answered", "its read (on a worker thread), the answer built"),
+    ("consumer: fetch woken to answered", "its read (on the loop; a large one on a worker), the answer"),
     ("consumer: fetch answered to poll() returned", "gRPC, the consumer's fetcher thread, poll()"),
 )
 TOTALS = (("end to end (send to poll)", ""), ("ack (send to future done)", ""))
