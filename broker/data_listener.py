@@ -27,18 +27,26 @@ answers ERROR ``"<KAFKA_ERROR_CODE>: <message>"`` (the details of a refused gRPC
 connection stays open. A Fetch with ``replica_id`` other than -1 answers ERROR INVALID_REQUEST: followers fetch
 on ``REPLICATION``.
 
+Each connection is an ``asyncio.Protocol`` (:class:`_Connection`): frames are parsed as they arrive, and each
+request is answered from a callback, :meth:`BrokerService.produce_then <broker.service.BrokerService.produce_then>`
+and ``fetch_then`` (the appends on the loop, an acks=all wait or a long poll a timer and a callback of the parked
+purgatory operation): no task, queue, semaphore or stream read per request (measured in docs/LATENCY.md).
+
 Pipelining, as :meth:`BrokerService.ProduceStream <broker.service.BrokerService.ProduceStream>`: each request's
-handling starts as soon as it is read (a task each, started in the order they came: the appends of a Produce
-run first and without a pause, so consecutive Produce requests append in order), and the answers are written
-in the order the requests came. At most :data:`MAX_PIPELINED` requests are read and not yet answered per
-connection; beyond that the connection is not read until its oldest request is answered (back-pressure: TCP's
-window then holds the client). A request whose handler fails unexpectedly answers ERROR UNKNOWN_SERVER_ERROR
-after the answers before it, then the connection closes (a gRPC stream ends at its first failing request).
+handling starts as soon as it is read, in the order they came (the appends of a Produce run first and without a
+pause, so consecutive Produce requests append in order), and the answers are written in the order the requests
+came. At most :data:`MAX_PIPELINED` requests are read and not yet answered per connection; beyond that the
+connection is not read until its oldest request is answered (back-pressure: TCP's window then holds the client),
+nor while the client leaves its answers unread (the transport's write buffer over its high-water mark). A
+request whose handler fails unexpectedly answers ERROR UNKNOWN_SERVER_ERROR after the answers before it, then the
+connection closes (a gRPC stream ends at its first failing request). A client that ends its side of the
+connection (a half-close at a frame's end) gets the answers to what it sent, then the connection closes.
 
 Admission: at most ``max.connections`` connections. A frame over ``socket.request.max.bytes``, an empty one, an
 unknown kind or a message that does not parse closes the connection (nothing of that request ran; answers not
-yet written are dropped), as does ``connections.max.idle.ms`` with no request read and none waiting for its
-answer (a long poll is not idle), or with an answer the client does not read.
+yet written are dropped, the requests still waiting are cancelled), as does ``connections.max.idle.ms`` with no
+request read and none waiting for its answer (a long poll is not idle), or with an answer the client does not
+read.
 
 Thread-safety: ``start`` and ``stop`` from the broker's thread; everything else runs on the loop.
 """
@@ -46,18 +54,16 @@ Thread-safety: ``start`` and ``stop`` from the broker's thread; everything else 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import socket
-import ssl
 import time
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable
 from typing import Any, cast
 
 from google.protobuf.message import DecodeError
 
 from broker.context import BrokerContext
-from broker.loop_listener import ANONYMOUS, START_TIMEOUT_S, IdleTimer, LoopListener, NoContext
+from broker.loop_listener import ANONYMOUS, IdleTimer, LoopListener
 from common.framing import AUTH, DATA, ERROR, FETCH, KINDS, OK, PRODUCE, SIZE
 from controller.security.rules import BROKER_RULES, Check
 from controller.security.token import TokenError, TokenSigner
@@ -72,6 +78,7 @@ CONSUMER = -1  # the replica_id of a consumer's fetch
 
 _STATUS = {OK: bytes((OK,)), ERROR: bytes((ERROR,))}
 _Answer = tuple[bytes, bool]  # (the answer frame, close the connection after it)
+_HEAD = SIZE.size + 1  # a frame's size and its kind byte
 
 
 def is_data_listener(name: str) -> bool:
@@ -94,29 +101,12 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _done(loop: asyncio.AbstractEventLoop, answer: _Answer) -> asyncio.Future[_Answer]:
-    future: asyncio.Future[_Answer] = loop.create_future()
-    future.set_result(answer)
-    return future
+def _nothing() -> None:
+    """What cancels a request answered at once."""
 
 
 class _Closing(Exception):
     """What the client sent breaks the wire: the connection closes (logged at INFO)."""
-
-
-@dataclass(eq=False)
-class _Connection:
-    """One client connection's state, used on the loop only."""
-
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    who: str  # host:port, for the logs
-    host: str  # for the authorizer's host match
-    principal: str | None = ANONYMOUS  # None: a SASL listener's connection not authenticated yet
-    expires_ms: int | None = None  # when its SASL session ends (wall clock, ms); None: no session
-    answers: asyncio.Queue[asyncio.Future[_Answer] | None] = field(default_factory=asyncio.Queue)  # in request order
-    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_PIPELINED))
-    idle: IdleTimer | None = None  # busy from a request read to its answer written
 
 
 class DataListener(LoopListener):
@@ -134,114 +124,15 @@ class DataListener(LoopListener):
                                   "has no SASL authority to check session tokens with")  # fmt: skip
         super().__init__(ctx, name, listen, service, loop, tls=protocol in ("SSL", "SASL_SSL"))
         self.protocol = protocol
-        self._connections: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}  # each with its _serve task
+        self._connections: set[_Connection] = set()
+
+    def _protocol(self) -> asyncio.Protocol:
+        return _Connection(self)
 
     async def _close_all(self) -> None:
-        connections = list(self._connections.items())
-        for writer, task in connections:
-            writer.transport.abort()
-            task.cancel()  # its requests with it (each connection's task cancels its own)
-        if connections:
-            await asyncio.wait([task for _, task in connections], timeout=START_TIMEOUT_S / 2)
-
-    # --- connections (the loop) ---------------------------------------------------------------------
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        who = f"{peer[0]}:{peer[1]}"
-        if len(self._connections) >= self.max_connections:
-            logger.warning("broker %d: %s at max.connections=%d, refusing %s", self.ctx.broker_id, self.name,
-                           self.max_connections, peer[0])  # fmt: skip
-            writer.transport.abort()
-            return
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections[writer] = task
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = _Connection(reader, writer, who, str(peer[0]))
-        conn.idle = IdleTimer(self._loop, self.idle_timeout_s, writer.transport.abort)
-        reading: asyncio.Task[bool] | None = None
-        writing: asyncio.Task[None] | None = None
-        try:
-            conn.principal = self.principal_of(writer)
-            if self.signer is not None and (conn.principal == ANONYMOUS or self.protocol == "SASL_PLAINTEXT"):
-                conn.principal = None  # SASL: a session token first (a verified certificate will do on SASL_SSL)
-            reading = asyncio.ensure_future(self._read(conn))
-            writing = asyncio.ensure_future(self._write(conn))
-            done, _ = await asyncio.wait((reading, writing), return_when=asyncio.FIRST_COMPLETED)
-            if reading in done:
-                if reading.result():  # (its error, if reading failed)
-                    await writing  # the client finished sending: answer what it sent, then close
-            else:
-                writing.result()  # its error, or it wrote an answer that closes the connection
-        except _Closing as exc:
-            logger.info("data listener: closing %s: %s", who, exc)
-        except ssl.SSLError as exc:  # the principal mapping rules refuse the certificate (or TLS failed)
-            logger.info("data listener: closing %s: %s", who, exc)
-        except (asyncio.IncompleteReadError, OSError) as exc:  # the peer closed, idled out, reset
-            logger.debug("data listener: connection from %s ended: %r", who, exc)
-        except Exception:
-            logger.exception("broker %d: data listener: the connection from %s failed", self.ctx.broker_id, who)
-        except asyncio.CancelledError:  # stop(): end quietly (3.11's start_server logs a connection task that
-            pass  # ends cancelled as an unhandled error)
-        finally:
-            if conn.idle is not None:
-                conn.idle.cancel()
-            self._connections.pop(writer, None)
-            writer.transport.abort()
-            for side in (reading, writing):
-                if side is not None:
-                    side.cancel()
-            while not conn.answers.empty():  # closed early: the requests still running have no one to answer
-                left = conn.answers.get_nowait()
-                if left is not None:
-                    left.cancel()
-
-    async def _read(self, conn: _Connection) -> bool:
-        """Read requests and start each one's handling, in order, until the client closes (True: it closed at
-        a frame's end, its requests are still answered). ``_Closing`` on a frame that breaks the wire."""
-        reader = conn.reader
-        while True:
-            await conn.slots.acquire()  # back-pressure: read no further until the oldest is answered
-            try:
-                head = await reader.readexactly(SIZE.size)
-            except asyncio.IncompleteReadError as exc:
-                if exc.partial:
-                    raise
-                conn.answers.put_nowait(None)
-                return True
-            (size,) = SIZE.unpack(head)
-            if size == 0 or size > self.max_request_bytes:
-                raise _Closing(f"a request of {size} bytes (socket.request.max.bytes is {self.max_request_bytes})")
-            payload = memoryview(await reader.readexactly(size))
-            kind, message = payload[0], cast(bytes, payload[1:])  # protobuf parses any buffer: no copy
-            assert conn.idle is not None
-            if kind == AUTH or conn.principal is None or conn.expires_ms is not None:
-                refusal = self._authenticate(conn, message) if kind == AUTH else self._unauthenticated(conn)
-                if refusal is not None or kind == AUTH:
-                    conn.idle.busy()
-                    answer = refusal or answer_frame(OK, b"")
-                    conn.answers.put_nowait(_done(self._loop, (answer, refusal is not None)))
-                    if refusal is not None:
-                        conn.answers.put_nowait(None)
-                        return True  # the answers before it, then the refusal, then the connection closes
-                    continue
-            request: pb.ProduceRequest | pb.FetchRequest
-            try:
-                if kind == PRODUCE:
-                    request = pb.ProduceRequest.FromString(message)
-                elif kind == FETCH:
-                    request = pb.FetchRequest.FromString(message)
-                else:
-                    raise _Closing(f"a request of unknown kind {kind}")
-            except DecodeError as exc:
-                raise _Closing(f"a {KINDS[kind]} request that does not parse: {exc}") from None
-            conn.idle.busy()
-            # started now, in the order read: a Produce's appends run before the next request's (ProduceStream)
-            conn.answers.put_nowait(asyncio.ensure_future(self._handle(kind, request, conn, conn.principal)))
+        for connection in list(self._connections):
+            connection.abort()  # its requests still waiting are cancelled with it
+        await asyncio.sleep(0)  # connection_lost of each (scheduled by abort) before the loop may stop
 
     def _authenticate(self, conn: _Connection, message: bytes) -> bytes | None:
         """An AUTH frame: the connection's principal and session from its token; the refusal's frame, if any."""
@@ -274,46 +165,274 @@ class DataListener(LoopListener):
             raise _Closing(f"the SASL session of {conn.principal} expired (connections.max.reauth.ms)")
         return None
 
-    async def _write(self, conn: _Connection) -> None:
-        """Write the answers in request order until the reader's end (None) or an answer that closes."""
-        transport = conn.writer.transport
-        while (answer := await conn.answers.get()) is not None:
-            data, close = await answer
-            if transport.is_closing():
-                return  # aborted (idle, stop) or lost: no one to answer
-            conn.writer.write(data)
-            if transport.get_write_buffer_size() > 0:  # the kernel did not take it all: drain can block
-                stalled = self._loop.call_later(self.idle_timeout_s, transport.abort)  # an answer not read
-                try:
-                    await conn.writer.drain()
-                finally:
-                    stalled.cancel()
-            if close:
-                return
-            conn.slots.release()
-            assert conn.idle is not None
-            conn.idle.idle()
+    def _handle(
+        self, kind: int, request: Any, conn: _Connection, done: Callable[[_Answer], None]
+    ) -> Callable[[], None]:
+        """Start answering one request: ``done(answer)`` on the loop, once (maybe inside this call); an unexpected
+        error answers UNKNOWN_SERVER_ERROR and closes. Returns what cancels it (``done`` is then not called)."""
+        if kind == FETCH and request.replica_id != CONSUMER:
+            done((error_frame("INVALID_REQUEST", "the DATA listener serves consumers' fetches only (replica_id -1), "
+                              f"got replica_id {request.replica_id}: followers fetch on the REPLICATION listener"),
+                  False))  # fmt: skip
+            return _nothing
+        guard = self.ctx.guard
+        if guard is not None and guard.authorizer is not None:
+            assert conn.principal is not None
+            denial = BROKER_RULES[KINDS[kind]](request, Check(guard.authorizer.current(), conn.principal, conn.host))
+            if denial is not None:
+                done((error_frame(denial.code, denial.message), False))
+                return _nothing
 
-    async def _handle(self, kind: int, request: Any, conn: _Connection, principal: str | None) -> _Answer:
-        """One request's answer frame; an unexpected error answers UNKNOWN_SERVER_ERROR and closes."""
-        try:
-            if kind == FETCH and request.replica_id != CONSUMER:
-                return error_frame("INVALID_REQUEST", "the DATA listener serves consumers' fetches only "
-                                   f"(replica_id -1), got replica_id {request.replica_id}: followers fetch on "
-                                   "the REPLICATION listener"), False  # fmt: skip
-            guard = self.ctx.guard
-            if guard is not None and guard.authorizer is not None:
-                assert principal is not None
-                check = Check(guard.authorizer.current(), principal, conn.host)
-                denial = BROKER_RULES[KINDS[kind]](request, check)
-                if denial is not None:
-                    return error_frame(denial.code, denial.message), False
-            if kind == PRODUCE:
-                response = await self._service.Produce(request, NoContext())
+        def answered(response: Any) -> None:
+            if isinstance(response, BaseException):
+                logger.error("broker %d: data listener: a %s from %s failed", self.ctx.broker_id, KINDS[kind],
+                             conn.who, exc_info=response)  # fmt: skip
+                done((error_frame("UNKNOWN_SERVER_ERROR", f"unexpected error: {response!r}"), True))
             else:
-                response = await self._service.Fetch(request, NoContext())
-            return answer_frame(OK, response.SerializeToString()), False
+                done((answer_frame(OK, response.SerializeToString()), False))
+
+        start = self._service.produce_then if kind == PRODUCE else self._service.fetch_then
+        try:
+            cancel: Callable[[], None] = start(request, answered)
         except Exception as exc:
-            logger.exception("broker %d: data listener: a %s from %s failed", self.ctx.broker_id, KINDS[kind],
-                             conn.who)  # fmt: skip
-            return error_frame("UNKNOWN_SERVER_ERROR", f"unexpected error: {exc!r}"), True
+            answered(exc)
+            return _nothing
+        return cancel
+
+
+class _Slot:
+    """One request read and not yet written back: its answer once ready (``answer``), what cancels it."""
+
+    __slots__ = ("answer", "close", "cancel", "_connection")
+
+    def __init__(self, connection: _Connection) -> None:
+        self.answer: bytes | None = None
+        self.close = False
+        self.cancel: Callable[[], None] = _nothing
+        self._connection = connection
+
+    def done(self, answer: _Answer) -> None:
+        self.answer, self.close = answer
+        self._connection.flush()
+
+
+class _Connection(asyncio.Protocol):
+    """One client's connection, on the loop: frames parsed as they arrive (``data_received``), each request
+    started at once in the order read (at most :data:`MAX_PIPELINED` waiting), the answers written in that order
+    as they become ready (:meth:`flush`)."""
+
+    def __init__(self, listener: DataListener) -> None:
+        self._listener = listener
+        self._inbox: bytes | bytearray = b""
+        self._at = 0  # where the next frame starts in _inbox
+        self._transport: asyncio.Transport | None = None
+        self._idle: IdleTimer | None = None
+        self._slots: deque[_Slot] = deque()  # read, not yet written, in request order
+        self._stalled: asyncio.TimerHandle | None = None  # the client not reading its answers
+        self.who = self.host = "?"
+        self.principal: str | None = ANONYMOUS  # None: a SASL listener's connection not authenticated yet
+        self.expires_ms: int | None = None  # when its SASL session ends (wall clock, ms); None: no session
+        self._reading = True
+        self._writing = True  # False: the write buffer is over its high-water mark
+        self._taking = False  # inside _take_all's loop
+        self._eof = False  # the client ended its side
+        self._ending = False  # no more requests taken: closes once the answers before are written
+        self._abort_when_written = False  # TLS: the last answer is on its way (_close_when_written)
+        self._closed = False
+
+    # --- asyncio.Protocol ------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        listener = self._listener
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        self.host, self.who = str(peer[0]), f"{peer[0]}:{peer[1]}"
+        principal = listener.admit(transport, len(listener._connections), logger)
+        if principal is None:
+            self._closed = True
+            return
+        self.principal = principal
+        if listener.signer is not None and (principal == ANONYMOUS or listener.protocol == "SASL_PLAINTEXT"):
+            self.principal = None  # SASL: a session token first (a verified certificate will do on SASL_SSL)
+        listener._connections.add(self)
+        self._idle = IdleTimer(listener._loop, listener.idle_timeout_s, transport.abort)
+
+    def data_received(self, data: bytes) -> None:
+        if self._at >= len(self._inbox):
+            self._inbox, self._at = data, 0  # the common case: no partial frame waiting, no copy
+        else:
+            inbox = self._inbox if isinstance(self._inbox, bytearray) else bytearray(self._inbox)
+            del inbox[: self._at]
+            inbox += data
+            self._inbox, self._at = inbox, 0
+        self._take_all()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._take_all()
+        # keep the transport open to write the answers (plain TCP; TLS cannot half-close: it closes now)
+        return not self._closed and self._listener.tls is None
+
+    def pause_writing(self) -> None:
+        self._writing = False
+        assert self._transport is not None
+        self._stalled = self._listener._loop.call_later(self._listener.idle_timeout_s, self._transport.abort)
+
+    def resume_writing(self) -> None:
+        if self._abort_when_written:
+            self.abort()
+            return
+        self._writing = True
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+        self.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            logger.debug("data listener: connection from %s ended: %r", self.who, exc)
+        self._end()
+
+    def abort(self) -> None:
+        """Close at once (what is not written is dropped), and cancel the requests still waiting."""
+        if self._transport is not None:
+            self._transport.abort()
+        self._end()
+
+    def _end(self) -> None:
+        self._closed = True
+        self._listener._connections.discard(self)
+        for handle in (self._idle, self._stalled):
+            if handle is not None:
+                handle.cancel()
+        slots, self._slots = self._slots, deque()
+        for slot in slots:  # closed early: the requests still running have no one to answer
+            if slot.answer is None:
+                slot.cancel()
+
+    # --- requests --------------------------------------------------------------------------------------
+
+    def _take_all(self) -> None:
+        """Take the requests that have arrived whole while there is room; then read on, or not (back-pressure);
+        at the client's end, close once everything it sent is answered. A loop, not a recursion, when answers
+        come at once: a client that pipelines many costs no stack."""
+        if self._taking or self._closed:
+            return
+        self._taking = True
+        try:
+            while not self._ending and len(self._slots) < MAX_PIPELINED and self._writing and self._take():
+                pass
+        except _Closing as exc:
+            logger.info("data listener: closing %s: %s", self.who, exc)
+            self.abort()
+            return
+        except Exception:
+            logger.exception("broker %d: data listener: the connection from %s failed", self._listener.ctx.broker_id,
+                             self.who)  # fmt: skip
+            self.abort()
+            return
+        finally:
+            self._taking = False
+        if self._closed:
+            return
+        transport = self._transport
+        assert transport is not None
+        if self._eof and not self._ending and len(self._slots) < MAX_PIPELINED and self._writing:
+            if self._at < len(self._inbox):  # the end came inside a frame
+                logger.debug("data listener: connection from %s ended inside a request", self.who)
+                self.abort()
+                return
+            self._ending = True  # everything it sent is taken
+        room = not self._ending and len(self._slots) < MAX_PIPELINED and self._writing
+        if room != self._reading and not self._eof:
+            self._reading = room
+            transport.resume_reading() if room else transport.pause_reading()
+        if self._ending and not self._slots:
+            transport.close()
+
+    def _take(self) -> bool:
+        """Start the next request if it has arrived whole (True), else False; ``_Closing`` when it breaks the
+        wire."""
+        inbox, at = self._inbox, self._at
+        if len(inbox) - at < SIZE.size:
+            return False
+        (size,) = SIZE.unpack_from(inbox, at)
+        listener = self._listener
+        if size == 0 or size > listener.max_request_bytes:
+            raise _Closing(f"a request of {size} bytes (socket.request.max.bytes is {listener.max_request_bytes})")
+        end = at + SIZE.size + size
+        if len(inbox) < end:
+            return False
+        kind = inbox[at + SIZE.size]
+        if isinstance(inbox, bytes):  # protobuf parses any buffer: no copy
+            message = cast(bytes, memoryview(inbox)[at + _HEAD : end])
+        else:  # a bytearray changes under a view: one copy out of it
+            with memoryview(inbox) as view:
+                message = bytes(view[at + _HEAD : end])
+        self._at = end
+        idle = self._idle
+        assert idle is not None
+        if kind == AUTH or self.principal is None or self.expires_ms is not None:
+            refusal = listener._authenticate(self, message) if kind == AUTH else listener._unauthenticated(self)
+            if refusal is not None or kind == AUTH:
+                idle.busy()
+                slot = _Slot(self)
+                self._slots.append(slot)
+                if refusal is not None:
+                    self._ending = True  # the answers before it, then the refusal, then the connection closes
+                slot.done((refusal or answer_frame(OK, b""), refusal is not None))
+                return refusal is None
+        request: pb.ProduceRequest | pb.FetchRequest
+        try:
+            if kind == PRODUCE:
+                request = pb.ProduceRequest.FromString(message)
+            elif kind == FETCH:
+                request = pb.FetchRequest.FromString(message)
+            else:
+                raise _Closing(f"a request of unknown kind {kind}")
+        except DecodeError as exc:
+            raise _Closing(f"a {KINDS[kind]} request that does not parse: {exc}") from None
+        idle.busy()
+        slot = _Slot(self)
+        self._slots.append(slot)
+        # started now, in the order read: a Produce's appends run before the next request's (ProduceStream)
+        cancel = listener._handle(kind, request, self, slot.done)
+        if slot.answer is None:
+            slot.cancel = cancel
+        return True
+
+    def _close_when_written(self) -> None:
+        """Close after the answers written so far: on plain TCP a FIN once they are sent (``close``); under TLS an
+        abort once they are sent, without a close_notify, as this listener always closed (the DATA link of
+        releases before 2026-11-28 read a close_notify as empty data forever: ``odradek/net/data_link.py``)."""
+        transport = self._transport
+        assert transport is not None
+        if self._listener.tls is None:
+            transport.close()
+            return
+        self._abort_when_written = True
+        if transport.get_write_buffer_size() == 0:
+            self.abort()
+        else:
+            transport.set_write_buffer_limits(high=0)  # resume_writing once all is sent: the abort then
+
+    def flush(self) -> None:
+        """Write the answers ready at the head, in request order; then take more requests (room was made)."""
+        if self._closed:
+            return
+        transport = self._transport
+        assert transport is not None
+        assert self._idle is not None
+        if transport.is_closing():
+            return  # aborted or lost: no one to answer
+        slots = self._slots
+        while slots and self._writing and (head := slots[0]).answer is not None:
+            slots.popleft()
+            transport.write(head.answer)
+            self._idle.idle()
+            if head.close:
+                self._ending = True
+                self._close_when_written()
+                return
+        self._take_all()

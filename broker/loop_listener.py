@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import socket
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -81,7 +84,8 @@ class IdleTimer:
 
 class LoopListener:
     """The listener named ``name`` on ``listen``, served on ``loop`` by ``service``; ``tls``: whether its protocol
-    is TLS. A subclass serves each connection (:meth:`_serve`) and closes them all (:meth:`_close_all`)."""
+    is TLS. A subclass serves each connection with a protocol of its own (:meth:`_protocol`: frames parsed as they
+    arrive, each request answered from a callback, no task per request) and closes them all (:meth:`_close_all`)."""
 
     def __init__(
         self, ctx: BrokerContext, name: str, listen: str, service: Any, loop: asyncio.AbstractEventLoop, tls: bool
@@ -106,8 +110,8 @@ class LoopListener:
     async def _start(self) -> None:
         host, port = split_host_port(self.listen)
         try:
-            self._server = await asyncio.start_server(
-                self._serve, host, port, ssl=self.tls, reuse_address=True,
+            self._server = await self._loop.create_server(
+                self._protocol, host, port, ssl=self.tls, reuse_address=True,
                 ssl_handshake_timeout=self.idle_timeout_s if self.tls is not None else None,
             )  # fmt: skip
         except OSError as exc:
@@ -127,15 +131,38 @@ class LoopListener:
         self._server.close()
         await self._close_all()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _protocol(self) -> asyncio.Protocol:
+        """A new connection's protocol (one per connection, on the loop)."""
         raise NotImplementedError
 
     async def _close_all(self) -> None:
         raise NotImplementedError
 
-    def principal_of(self, connection: asyncio.StreamWriter | asyncio.BaseTransport) -> str:
-        """The connection's principal (a stream's writer or a protocol's transport): its client certificate's
-        under TLS (``ssl.SSLError`` when the mapping rules refuse it), else ``User:ANONYMOUS``."""
+    def admit(self, transport: asyncio.Transport, open_connections: int, log: logging.Logger) -> str | None:
+        """A new connection (``connection_made``): its principal (:meth:`principal_of`), with TCP_NODELAY set; or
+        None when it is refused and aborted, logged on ``log``: ``open_connections`` at ``max.connections``, or
+        a client certificate the mapping rules refuse."""
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        if open_connections >= self.max_connections:
+            log.warning("broker %d: %s at max.connections=%d, refusing %s", self.ctx.broker_id, self.name,
+                        self.max_connections, peer[0])  # fmt: skip
+            transport.abort()
+            return None
+        try:
+            principal = self.principal_of(transport)
+        except ssl.SSLError as exc:
+            log.info("%s listener: closing %s:%s: %s", self.name, peer[0], peer[1], exc)
+            transport.abort()
+            return None
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return principal
+
+    def principal_of(self, connection: asyncio.BaseTransport) -> str:
+        """The connection's principal: its client certificate's under TLS (``ssl.SSLError`` when the mapping rules
+        refuse it), else ``User:ANONYMOUS``."""
         ssl_object = connection.get_extra_info("ssl_object")
         if ssl_object is None:
             return ANONYMOUS

@@ -4,7 +4,7 @@
 It is an ``asyncio`` server on the event loop of the broker's inter-broker gRPC listener
 (:class:`~broker.loop_listener.LoopListener`), one ``asyncio.Protocol`` per connection (:class:`_Connection`):
 frames are parsed as they arrive and each request is answered from a callback,
-:meth:`BrokerService.fetch_in_session <broker.service.BrokerService.fetch_in_session>`: the same reads, long poll
+:meth:`BrokerService.fetch_then <broker.service.BrokerService.fetch_then>`: the same reads, long poll
 (a timer and the parked operation's callback, no thread or task held), metrics and ``fe`` trace events
 (``log.trace``) as a gRPC ReplicaFetch message, without a task, a stream read or a future per request (a
 follower's report is on the way of every acks=all record: measured in docs/LATENCY.md, e2e p50 0.8-0.9x of the
@@ -26,10 +26,7 @@ Thread-safety: ``start`` and ``stop`` from the broker's thread; everything else 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import socket
-import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +37,7 @@ from broker.errors import error
 from broker.fetch_session import LeaderSession, SessionError
 from broker.handlers import fetch
 from broker.loop_listener import ANONYMOUS, IdleTimer, LoopListener
-from common.framing import SIZE, frame, split_host_port
+from common.framing import SIZE, frame
 from controller.security.rules import BROKER_RULES, Check
 from metadata.configs import ConfigError
 from proto import broker_pb2 as pb
@@ -64,16 +61,8 @@ class ReplicationListener(LoopListener):
         self.protocol = protocol
         self._connections: set[_Connection] = set()
 
-    async def _start(self) -> None:
-        host, port = split_host_port(self.listen)
-        try:
-            self._server = await self._loop.create_server(
-                lambda: _Connection(self), host, port, ssl=self.tls, reuse_address=True,
-                ssl_handshake_timeout=self.idle_timeout_s if self.tls is not None else None,
-            )  # fmt: skip
-        except OSError as exc:
-            raise RuntimeError(f"cannot listen on {self.listen}: {exc}") from None
-        self.port = self._server.sockets[0].getsockname()[1]
+    def _protocol(self) -> asyncio.Protocol:
+        return _Connection(self)
 
     async def _close_all(self) -> None:
         for connection in list(self._connections):
@@ -111,7 +100,7 @@ class ReplicationListener(LoopListener):
                 session.answered(response)
             done(response)
 
-        self._service.fetch_in_session(view, session, answered)
+        self._service.fetch_then(view, answered, session)
 
 
 class _Connection(asyncio.Protocol):
@@ -140,24 +129,12 @@ class _Connection(asyncio.Protocol):
         listener = self._listener
         peer = transport.get_extra_info("peername") or ("?", 0)
         self._host, self._who = str(peer[0]), f"{peer[0]}:{peer[1]}"
-        if len(listener._connections) >= listener.max_connections:
-            logger.warning("broker %d: %s at max.connections=%d, refusing %s", listener.ctx.broker_id,
-                           listener.name, listener.max_connections, peer[0])  # fmt: skip
+        principal = listener.admit(transport, len(listener._connections), logger)
+        if principal is None:
             self._closed = True
-            transport.abort()
             return
-        try:
-            self._principal = listener.principal_of(transport)
-        except ssl.SSLError as exc:  # the principal mapping rules refuse the certificate
-            logger.info("replication listener: closing %s: %s", self._who, exc)
-            self._closed = True
-            transport.abort()
-            return
+        self._principal = principal
         listener._connections.add(self)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._idle = IdleTimer(listener._loop, listener.idle_timeout_s, transport.abort)
         self._session = LeaderSession(listener.ctx)  # the connection's fetch session (broker.fetch_session)
 

@@ -118,15 +118,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         try:
             started = produce.begin(self._ctx, request, hold=False)
         except Exception as exc:
-            self._record_failure(produce.handle, request, arrived)
-            logger.exception("broker %d: produce failed", self._ctx.broker_id)
+            self._failed(produce.handle, request, arrived, exc)
             await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {exc!r}")
             raise
+        return await self._produce_rest(request, started, arrived, context)
+
+    async def _produce_rest(self, request: Any, started: Any, arrived: float, context: Any) -> Any:
+        """:meth:`Produce` after ``produce.begin``: a held batch's turn on a worker, the acks=all wait, the answer."""
         if isinstance(started, produce.PendingProduce) and started.pending.held:
             started = await self._call_blocking(produce.resume, started, context, produce.handle, arrived)
         traced = trace.ON and isinstance(started, produce.PendingProduce)
         if traced:
-            results = started.pending.results  # type: ignore[union-attr]
+            results = started.pending.results
         if isinstance(started, produce.PendingProduce):
             request.ClearField("topics")  # the records are written: free them while the ISR catches up
             op = started.pending.operation
@@ -140,6 +143,34 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             _trace_produce(arrived, results)
         self._record(produce.handle, request, started, arrived)
         return started
+
+    def produce_then(self, request: Any, done: Callable[[Any], None]) -> Callable[[], None]:
+        """:meth:`Produce` without a coroutine (``broker.data_listener``): the appends on the loop, the acks=all
+        wait a timer and a callback of its DelayedProduce, the answer built in that callback; a batch held for
+        its turn (S8) goes on as :meth:`Produce` does, in a task. ``done(response)`` runs on the loop, once (at
+        once, inside this call, when nothing waits); an unexpected error is logged, counted and passed to
+        ``done`` as the exception. Returns what cancels it (``done`` is then not called: the connection that
+        waited for it is gone; the appends stay, as a cancelled Produce call's do)."""
+        loop = asyncio.get_running_loop()
+        arrived = time.perf_counter()
+        try:
+            started = produce.begin(self._ctx, request, hold=False)
+        except Exception as exc:
+            self._failed(produce.handle, request, arrived, exc)
+            done(exc)
+            return _nothing
+        if not isinstance(started, produce.PendingProduce):
+            self._record(produce.handle, request, started, arrived)
+            done(started)
+            return _nothing
+        if started.pending.held:
+            return _Running(loop.create_task(self._produce_rest(request, started, arrived, NoContext())), done).cancel
+        request.ClearField("topics")  # the records are written: free them while the ISR catches up
+        parked = _ParkedProduce(self, loop, request, started, arrived, done)
+        operation = started.pending.operation
+        assert operation is not None
+        parked.park(started.pending.wait_s, operation)
+        return parked.cancel
 
     async def Fetch(self, request: Any, context: Any, session: Any = None) -> Any:
         """A long poll: the first read runs on the worker pool, the wait holds no thread
@@ -230,40 +261,47 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         if self._ctx.metrics is not None:
             self._ctx.metrics.requests.record_failure(handler, request, arrived)
 
-    def fetch_in_session(self, view: Any, session: Any, done: Callable[[Any], None]) -> None:
-        """:meth:`Fetch` of a fetch session's ``view`` (``broker.replication_listener``) without a coroutine when
-        it stays on the event loop, which is how a caught-up follower's report goes: the first read on the loop,
-        the long poll a timer and a callback of the parked operation, the read after it on the loop when what woke
-        it is at most ``fetch.inline.read.max.bytes``. ``done(response)`` runs on the loop, once; a fetch with a
-        first read for the worker pool runs as :meth:`Fetch` in a task. An unexpected error is logged, counted,
-        and passed to ``done`` as the exception (the caller closes the connection). Measured in docs/LATENCY.md:
-        no task, stream read or future per request on the way of every replicated record."""
+    def fetch_then(self, request: Any, done: Callable[[Any], None], session: Any = None) -> Callable[[], None]:
+        """:meth:`Fetch` without a coroutine when it stays on the event loop (``broker.data_listener``, and with
+        ``session``, ``request`` its view, ``broker.replication_listener``), which is how a caught-up follower's
+        report and a caught-up consumer's fetch go: the first read on the loop, the long poll a timer and a
+        callback of the parked operation, the read after it on the loop when what woke it is at most
+        ``fetch.inline.read.max.bytes``. ``done(response)`` runs on the loop, once (at once, inside this call,
+        when nothing waits); a fetch with a first read for the worker pool runs as :meth:`Fetch` in a task. An
+        unexpected error is logged, counted, and passed to ``done`` as the exception (the caller closes the
+        connection). Returns what cancels it (``done`` is then not called). Measured in docs/LATENCY.md: no task,
+        stream read or future per request on the way of every replicated and consumed record."""
         loop = asyncio.get_running_loop()
         arrived = time.perf_counter()
-        if not (self._inline_read_max_bytes > 0 and session.nothing_to_read(self._ctx)):
-            task = loop.create_task(self.Fetch(view, NoContext(), session))
-            task.add_done_callback(lambda t: done(_outcome(t)))
-            return
+        if session is None:
+            begin, finish, caught_up = fetch.begin_grpc, fetch.finish_grpc, fetch.nothing_to_read(self._ctx, request)
+        else:
+            begin, finish, caught_up = session.begin, session.finish, session.nothing_to_read(self._ctx)
+        if not (self._inline_read_max_bytes > 0 and caught_up):
+            return _Running(loop.create_task(self.Fetch(request, NoContext(), session)), done).cancel
         try:
-            started = session.begin(self._ctx, view)
+            started = begin(self._ctx, request)
         except Exception as exc:
-            self._failed(view, arrived, exc)
+            self._failed(fetch.handle, request, arrived, exc)
             done(exc)
-            return
+            return _nothing
         if not isinstance(started, fetch.PendingFetch):
-            self._fetched(view, started, arrived, 0)
+            self._fetched(request, started, arrived, 0)
             done(started)
-            return
-        _ParkedFetch(self, loop, view, session, started, arrived, done).park()
+            return _nothing
+        parked = _ParkedFetch(self, loop, request, finish, started, arrived, done)
+        parked.park(started.wait_s, started.op)
+        return parked.cancel
 
     def _fetched(self, request: Any, response: Any, arrived: float, woke_ns: int) -> None:
         if trace.ON:
             fetch.trace_fetch(request, response, arrived, woke_ns)
         self._record(fetch.handle, request, response, arrived)
 
-    def _failed(self, request: Any, arrived: float, exc: BaseException) -> None:
-        self._record_failure(fetch.handle, request, arrived)
-        logger.error("broker %d: a fetch failed", self._ctx.broker_id, exc_info=exc)
+    def _failed(self, handler: Callable[..., Any], request: Any, arrived: float, exc: BaseException) -> None:
+        """An unexpected error of ``handler`` (a bug): counted and logged."""
+        self._record_failure(handler, request, arrived)
+        logger.error("broker %d: %s failed", self._ctx.broker_id, handler.__module__, exc_info=exc)
 
     async def _call_inline(
         self, handler: Callable[[BrokerContext, Req], Resp], request: Req, context: Any,
@@ -456,32 +494,54 @@ def start_grpc_server(
     return rpc
 
 
-class _ParkedFetch:
-    """A session fetch waiting in the purgatory (:meth:`BrokerService.fetch_in_session`): woken by the operation's
-    completion (on the loop's thread directly, from another through ``call_soon_threadsafe``) or by its timer,
-    whichever comes first; then the read after the wait and ``done``."""
+def _nothing() -> None:
+    """What cancels a request answered already."""
 
-    __slots__ = ("_service", "_loop", "_thread", "_view", "_session", "_started", "_arrived", "_done", "_timer",
-                 "_fired")  # fmt: skip
 
-    def __init__(
-        self, service: BrokerService, loop: asyncio.AbstractEventLoop, view: Any, session: Any,
-        started: fetch.PendingFetch[Any], arrived: float, done: Callable[[Any], None],
-    ) -> None:  # fmt: skip
-        self._service = service
+class _Running:
+    """A request answered by a task (:meth:`BrokerService.produce_then`, ``fetch_then``): ``done(outcome)`` when
+    it ends, unless :meth:`cancel` came first."""
+
+    __slots__ = ("_task", "_done")
+
+    def __init__(self, task: asyncio.Task[Any], done: Callable[[Any], None]) -> None:
+        self._task = task
+        self._done: Callable[[Any], None] | None = done
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        if self._done is not None:
+            self._done(_outcome(task))
+
+    def cancel(self) -> None:
+        self._done = None
+        self._task.cancel()
+
+
+class _Parked:
+    """A request waiting for a purgatory operation without a coroutine: woken by the operation's completion (on
+    the loop's thread directly, from another through ``call_soon_threadsafe``) or by its timer (then it expires
+    the operation), whichever comes first; then :meth:`_woken`, once, unless :meth:`cancel` came first."""
+
+    __slots__ = ("_loop", "_thread", "_op", "_timer", "_fired", "_cancelled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._thread = threading.get_ident()
-        self._view = view
-        self._session = session
-        self._started = started
-        self._arrived = arrived
-        self._done = done
+        self._op: Any = None
         self._timer: asyncio.TimerHandle | None = None
         self._fired = False
+        self._cancelled = False
 
-    def park(self) -> None:
-        self._timer = self._loop.call_later(max(self._started.wait_s, 0.0), self._resume, True)
-        self._started.op.add_done_callback(self._wake)  # at once when it completed meanwhile
+    def park(self, wait_s: float, op: Any) -> None:
+        self._op = op
+        self._timer = self._loop.call_later(max(wait_s, 0.0), self._resume, True)
+        op.add_done_callback(self._wake)  # at once when it completed meanwhile
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self._timer is not None:
+            self._timer.cancel()
 
     def _wake(self) -> None:
         if threading.get_ident() == self._thread:
@@ -491,38 +551,95 @@ class _ParkedFetch:
             self._loop.call_soon_threadsafe(self._resume, False)
 
     def _resume(self, expired: bool) -> None:
-        if self._fired:
+        if self._fired or self._cancelled:
             return
         self._fired = True
         if self._timer is not None:
             self._timer.cancel()
-        service, op = self._service, self._started.op
         if expired:
-            op.expire()
+            self._op.expire()
+        self._woken()
+
+    def _woken(self) -> None:
+        raise NotImplementedError
+
+
+class _ParkedProduce(_Parked):
+    """An acks=all Produce waiting for the ISR (:meth:`BrokerService.produce_then`); then its answer and ``done``."""
+
+    __slots__ = ("_service", "_request", "_started", "_arrived", "_done")
+
+    def __init__(
+        self, service: BrokerService, loop: asyncio.AbstractEventLoop, request: Any, started: Any, arrived: float,
+        done: Callable[[Any], None],
+    ) -> None:  # fmt: skip
+        super().__init__(loop)
+        self._service = service
+        self._request = request
+        self._started = started
+        self._arrived = arrived
+        self._done = done
+
+    def _woken(self) -> None:
+        service, started = self._service, self._started
+        try:
+            response = produce.finish(started)
+        except Exception as exc:
+            service._failed(produce.handle, self._request, self._arrived, exc)
+            self._done(exc)
+            return
+        if trace.ON:
+            _trace_produce(self._arrived, started.pending.results)
+        service._record(produce.handle, self._request, response, self._arrived)
+        self._done(response)
+
+
+class _ParkedFetch(_Parked):
+    """A fetch waiting in the purgatory (:meth:`BrokerService.fetch_then`); then the read after the wait (on the
+    loop when small, else on the worker pool) and ``done``."""
+
+    __slots__ = ("_service", "_request", "_finish", "_started", "_arrived", "_done")
+
+    def __init__(
+        self, service: BrokerService, loop: asyncio.AbstractEventLoop, request: Any,
+        finish: Callable[[BrokerContext, Any], Any], started: fetch.PendingFetch[Any], arrived: float,
+        done: Callable[[Any], None],
+    ) -> None:  # fmt: skip
+        super().__init__(loop)
+        self._service = service
+        self._request = request
+        self._finish = finish
+        self._started = started
+        self._arrived = arrived
+        self._done = done
+
+    def _woken(self) -> None:
+        service = self._service
         woke_ns = trace.now_ns() if trace.ON else 0
-        finish = self._session.finish
-        if op.ready_bytes <= service._inline_read_max_bytes:  # small: read here, no hop to a worker and back
+        if self._started.op.ready_bytes <= service._inline_read_max_bytes:  # small: read here, no hop to a worker
             try:
-                response = finish(service._ctx, self._started)
+                response = self._finish(service._ctx, self._started)
             except Exception as exc:
-                service._failed(self._view, self._arrived, exc)
+                service._failed(fetch.handle, self._request, self._arrived, exc)
                 self._done(exc)
                 return
-            service._fetched(self._view, response, self._arrived, woke_ns)
+            service._fetched(self._request, response, self._arrived, woke_ns)
             self._done(response)
             return
         if service._pool is None:
             self._done(RuntimeError("an asynchronous read needs the server's worker pool"))
             return
-        task = self._loop.create_task(run_blocking(service._pool, finish, service._ctx, self._started))
+        task = self._loop.create_task(run_blocking(service._pool, self._finish, service._ctx, self._started))
         task.add_done_callback(lambda t: self._read(t, woke_ns))
 
     def _read(self, task: asyncio.Task[Any], woke_ns: int) -> None:
+        if self._cancelled:
+            return
         outcome = _outcome(task)
         if isinstance(outcome, BaseException):
-            self._service._failed(self._view, self._arrived, outcome)
+            self._service._failed(fetch.handle, self._request, self._arrived, outcome)
         else:
-            self._service._fetched(self._view, outcome, self._arrived, woke_ns)
+            self._service._fetched(self._request, outcome, self._arrived, woke_ns)
         self._done(outcome)
 
 

@@ -185,6 +185,8 @@ class _Tls:
                     return True
                 except ssl.SSLZeroReturnError:  # the peer's close_notify
                     return False
+                if n == 0:  # the peer's close_notify, as the ssl module reports it on a memory BIO
+                    return False
                 inbox += scratch[:n]
 
 
@@ -414,6 +416,7 @@ class DataLink:
                         with contextlib.suppress(OSError):
                             conn.wake_r.recv(64)
                     elif not conn.transport.read(inbox, scratch):
+                        self._take_answers(conn, inbox)  # what came with the end (TLS: ahead of a close_notify)
                         inside = f", inside a frame ({len(inbox)} bytes of it read)" if inbox else ""
                         reason = f"{self.address} closed the connection{inside}"
                         return

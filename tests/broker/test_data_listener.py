@@ -45,15 +45,16 @@ QUIET_S = 0.3  # how long something that must not happen is given to happen
 
 
 class ScriptedService:
-    """Produce and Fetch as a test scripts them, on the listener's loop. A Produce "appends" before its
-    first pause (as the real one): its base offset is the number of Produce calls before it. A topic in
-    ``held`` waits for :meth:`release`; one in ``failing`` raises."""
+    """``produce_then`` and ``fetch_then`` as a test scripts them, on the listener's loop, as the BrokerService
+    answers: a Produce "appends" inside the call (its base offset is the number of Produce calls before it), and
+    what needs no wait is answered inside the call too. A topic in ``held`` waits (in a task) for
+    :meth:`release`; one in ``failing`` fails (inside the call, or after its release)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._changed = threading.Condition()
         self.seen: list[tuple[str, str]] = []  # (rpc, topic) in the order the handlers were called
-        self.finished: list[str] = []  # topics whose handler returned, in that order
+        self.finished: list[str] = []  # topics whose handler answered, in that order
         self.cancelled: list[str] = []  # topics whose handler was cancelled while held
         self.held: dict[str, asyncio.Event] = {}
         self.failing: set[str] = set()
@@ -76,35 +77,56 @@ class ScriptedService:
             what.append(item)
             self._changed.notify_all()
 
-    async def _run(self, topic: str) -> None:
+    def _finish(self, topic: str) -> None:
+        if topic in self.failing:
+            raise RuntimeError(f"{topic} failed")
+        self._note(self.finished, topic)
+
+    def _answer(self, topic: str, response: Any, done: Callable[[Any], None]) -> Callable[[], None]:
         event = self.held.get(topic)
-        if event is not None:
+        if event is None:
+            try:
+                self._finish(topic)
+            except RuntimeError as exc:
+                done(exc)
+            else:
+                done(response)
+            return lambda: None
+
+        async def later() -> Any:
             try:
                 await event.wait()
             except asyncio.CancelledError:
                 self._note(self.cancelled, topic)
                 raise
-        if topic in self.failing:
-            raise RuntimeError(f"{topic} failed")
-        self._note(self.finished, topic)
+            self._finish(topic)
+            return response
 
-    async def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
+        task = self._loop.create_task(later())
+        answer: list[Callable[[Any], None]] = [done]
+        task.add_done_callback(lambda t: answer and not t.cancelled() and answer[0](t.exception() or t.result()))
+
+        def cancel() -> None:
+            answer.clear()
+            task.cancel()
+
+        return cancel
+
+    def produce_then(self, request: pb.ProduceRequest, done: Callable[[Any], None]) -> Callable[[], None]:
         topic = request.topics[0].name
         offset = sum(1 for rpc, _ in self.seen if rpc == "Produce")
         self._note(self.seen, ("Produce", topic))
-        await self._run(topic)
         response = pb.ProduceResponse()
         response.topics.add(name=topic).partitions.add(partition=0, base_offset=offset)
-        return response
+        return self._answer(topic, response, done)
 
-    async def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
+    def fetch_then(self, request: pb.FetchRequest, done: Callable[[Any], None]) -> Callable[[], None]:
         topic = request.topics[0].name
         self._note(self.seen, ("Fetch", topic))
-        await self._run(topic)
         response = pb.FetchResponse()
         records = b"r" * self.sizes.get(topic, 0)
         response.topics.add(name=topic).partitions.add(partition=0, high_watermark=42, records=records)
-        return response
+        return self._answer(topic, response, done)
 
 
 def produce(topic: str) -> pb.ProduceRequest:
@@ -324,6 +346,38 @@ def test_beyond_max_pipelined_the_connection_is_not_read_until_the_oldest_is_ans
     assert [offsets(client.produced()) for _ in topics[1:]] == [[(t, i + 1)] for i, t in enumerate(topics[1:])]
 
 
+def test_a_thousand_pipelined_requests_answered_at_once_are_all_answered_in_order(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Requests the service answers inside the call (as the broker answers an acks=1 Produce), sent all together:
+    taken in a loop, not a recursion, each written back in order, the connection kept."""
+    served = serve()
+    client = served.connect()
+    count = 1000
+    client.sock.sendall(b"".join(frame(bytes((PRODUCE,)) + produce(f"t{i}").SerializeToString()) for i in range(count)))
+    assert [offsets(client.produced()) for _ in range(count)] == [[(f"t{i}", i)] for i in range(count)]
+    client.send(FETCH, fetch("t"))
+    assert client.answer()[0] == OK
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_client_that_stops_sending_beyond_max_pipelined_gets_every_answer(serve: Serve) -> None:
+    """Its end of the stream arrives while requests it sent before are still unread (the pipeline full): they
+    are read and answered, then the connection closes."""
+    served = serve()
+    service = served.service
+    topics = [f"p{i}" for i in range(MAX_PIPELINED + 4)]
+    service.hold(*topics)
+    client = served.connect()
+    for topic in topics:
+        client.send(PRODUCE, produce(topic))
+    client.sock.shutdown(socket.SHUT_WR)
+    assert service.wait_for(lambda: len(service.seen) == MAX_PIPELINED)
+    service.release(*topics)
+    assert [offsets(client.produced()) for _ in topics] == [[(t, i)] for i, t in enumerate(topics)]
+    assert client.closed()
+
+
 # ------------------------------------------------------------------------------- refusals that keep the connection
 
 
@@ -386,6 +440,24 @@ def test_a_request_just_under_the_limit_is_served(serve: Serve) -> None:
     client = served.connect()
     client.send(PRODUCE, request)
     assert offsets(client.produced()) == [("t", 0)]
+
+
+def test_requests_that_arrive_in_pieces_are_served(serve: Serve) -> None:
+    """A large request in many small writes, with the next request's first bytes in its last piece: each is
+    put together and answered once whole."""
+    served = serve()
+    big = produce("big")
+    big.topics[0].partitions[0].records = b"x" * (300 << 10)
+    data = b"".join(frame(bytes((PRODUCE,)) + r.SerializeToString()) for r in (big, produce("t")))
+    client = served.connect()
+    cut = len(data) - 7  # inside the second request
+    for start in range(0, cut, 4096):
+        client.sock.sendall(data[start : min(start + 4096, cut)])
+        time.sleep(0.0005)
+    assert offsets(client.produced()) == [("big", 0)]
+    assert client.nothing_yet()  # the second is not whole yet
+    client.sock.sendall(data[cut:])
+    assert offsets(client.produced()) == [("t", 1)]
 
 
 def test_a_failing_handler_answers_unknown_server_error_after_the_earlier_answers_then_closes(
@@ -485,6 +557,25 @@ def test_a_sasl_listener_without_a_sasl_authority_is_refused_at_construction(pro
 
 
 # ------------------------------------------------------------------------------------------- SASL
+
+
+def test_under_ssl_a_connection_closed_after_its_last_answer_ends_without_a_close_notify(
+    serve: Serve, tls: Tls
+) -> None:
+    """The answers before it and UNKNOWN_SERVER_ERROR, then the TCP connection ends with no TLS close_notify, as
+    this listener always closed (DATA links of earlier releases read a close_notify as empty data forever)."""
+    served = serve(security=tls.security(client_auth=False))
+    served.service.failing.add("boom")
+    client = served.connect()
+    client.sock.close()
+    raw = socket.create_connection(("127.0.0.1", served.listener.port), timeout=WAIT_S)
+    client.sock = tls.client(cert=False).wrap_socket(raw, server_hostname="127.0.0.1", suppress_ragged_eofs=False)
+    client.send(PRODUCE, produce("t"))
+    client.send(PRODUCE, produce("boom"))
+    assert offsets(client.produced()) == [("t", 0)]
+    assert client.refused() == "UNKNOWN_SERVER_ERROR: unexpected error: RuntimeError('boom failed')"
+    with pytest.raises((ssl.SSLEOFError, ConnectionResetError)):  # a close_notify would read as b""
+        client.sock.recv(1)
 
 
 SIGNER = TokenSigner(b"k" * 32)  # the node's key (controller.security.token)

@@ -149,10 +149,11 @@ def test_an_unexpected_error_closes_the_connection_and_is_logged(
 ) -> None:  # fmt: skip
     h, served = listener
 
-    def failing(view: object, session: object, done: Callable[[object], None]) -> None:
+    def failing(view: object, done: Callable[[object], None], session: object) -> Callable[[], None]:
         done(RuntimeError("a bug in the fetch path"))
+        return lambda: None
 
-    monkeypatch.setattr(served._service, "fetch_in_session", failing)
+    monkeypatch.setattr(served._service, "fetch_then", failing)
     with socket.create_connection(("127.0.0.1", served.port), timeout=WAIT_S) as sock:
         sock.sendall(fetch(h, max_wait_ms=1))
         assert closed_within(sock, WAIT_S)

@@ -741,6 +741,31 @@ def test_round_trips_over_tls(
     assert server.accepted == 1
 
 
+def test_a_tls_close_notify_right_behind_an_answer_delivers_it_and_ends_the_connection(
+    peer: Callable[..., Peer], link: Callable[..., DataLink], authority: CertificateAuthority, tmp_path: Path
+) -> None:
+    """A server that answers and then closes TLS cleanly (a close_notify, as asyncio's ``transport.close()`` sends):
+    the answer is delivered, the connection ends (its reader does not spin on the closed TLS session), and the
+    next request opens a new one."""
+
+    def answer_and_close(conn: PeerConnection) -> None:
+        request = conn.read_produce()
+        assert isinstance(conn.sock, ssl.SSLSocket)
+        conn.sock.sendall(answer_frame(OK, produced(request.transactional_id).SerializeToString()))
+        conn.sock.settimeout(WAIT_S)
+        with contextlib.suppress(OSError, ssl.SSLError):  # the client closes without a close_notify of its own
+            conn.sock.unwrap()  # the close_notify
+
+    server = peer(answer_and_close, answer_one, tls=server_context(authority, tmp_path))
+    data = link(server.address, tls=client_context(authority))
+    assert data.start(PRODUCE, produce("a"), 5).result(WAIT_S) == produced("a")
+    wait_until(lambda: not readers(data._name), "end of the first connection's reader")
+    assert data.start(PRODUCE, produce("b"), 5).result(WAIT_S) == produced("b")
+    data.close()
+    server.finish()
+    assert server.accepted == 2
+
+
 def test_an_untrusted_tls_server_is_unreachable(
     peer: Callable[..., Peer], link: Callable[..., DataLink], authority: CertificateAuthority, tmp_path: Path
 ) -> None:
