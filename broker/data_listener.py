@@ -36,8 +36,10 @@ Pipelining, as :meth:`BrokerService.ProduceStream <broker.service.BrokerService.
 handling starts as soon as it is read, in the order they came (the appends of a Produce run first and without a
 pause, so consecutive Produce requests append in order), and the answers are written in the order the requests
 came. At most :data:`MAX_PIPELINED` requests are read and not yet answered per connection; beyond that the
-connection is not read until its oldest request is answered (back-pressure: TCP's window then holds the client),
-nor while the client leaves its answers unread (the transport's write buffer over its high-water mark). A
+connection is not read until its oldest request is answered (back-pressure: TCP's window then holds the client).
+While the client leaves its answers unread (the transport's write buffer over its high-water mark) the next
+answers wait in their slots, unwritten, and the requests behind them are still read and started (a consumer's
+next fetch reads while the last answer drains), up to the same bound. A
 request whose handler fails unexpectedly answers ERROR UNKNOWN_SERVER_ERROR after the answers before it, then the
 connection closes (a gRPC stream ends at its first failing request). A client that ends its side of the
 connection (a half-close at a frame's end) gets the answers to what it sent, then the connection closes.
@@ -321,7 +323,7 @@ class _Connection(asyncio.Protocol):
             return
         self._taking = True
         try:
-            while not self._ending and len(self._slots) < MAX_PIPELINED and self._writing and self._take():
+            while not self._ending and len(self._slots) < MAX_PIPELINED and self._take():
                 pass
         except _Closing as exc:
             logger.info("data listener: closing %s: %s", self.who, exc)
@@ -338,13 +340,13 @@ class _Connection(asyncio.Protocol):
             return
         transport = self._transport
         assert transport is not None
-        if self._eof and not self._ending and len(self._slots) < MAX_PIPELINED and self._writing:
+        if self._eof and not self._ending and len(self._slots) < MAX_PIPELINED:
             if self._at < len(self._inbox):  # the end came inside a frame
                 logger.debug("data listener: connection from %s ended inside a request", self.who)
                 self.abort()
                 return
             self._ending = True  # everything it sent is taken
-        room = not self._ending and len(self._slots) < MAX_PIPELINED and self._writing
+        room = not self._ending and len(self._slots) < MAX_PIPELINED
         if room != self._reading and not self._eof:
             self._reading = room
             transport.resume_reading() if room else transport.pause_reading()

@@ -515,6 +515,23 @@ def test_an_answer_the_client_does_not_read_closes_the_connection(serve: Serve) 
     assert received < size  # closed with the answer cut short
 
 
+def test_requests_behind_an_answer_not_read_yet_are_started(serve: Serve) -> None:
+    """A large answer the client has not read yet (the write buffer over its high-water mark) holds back the answers
+    behind it, not their requests: a consumer's next fetch reads while the last answer drains."""
+    size = 8 << 20
+    served = serve()
+    service = served.service
+    service.sizes["big"] = size
+    client = served.connect(receive_buffer=64 << 10)
+    client.send(FETCH, fetch("big"))
+    client.send(PRODUCE, produce("t"))
+    assert service.wait_for(lambda: service.finished == ["big", "t"])  # both handled, the first answer unread
+    status, body = client.answer()
+    assert status == OK
+    assert len(pb.FetchResponse.FromString(body).topics[0].partitions[0].records) == size
+    assert offsets(client.produced()) == [("t", 0)]
+
+
 def test_a_client_that_stops_sending_still_gets_its_answers(serve: Serve) -> None:
     served = serve()
     service = served.service
