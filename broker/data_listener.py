@@ -65,7 +65,7 @@ from typing import Any, cast
 from google.protobuf.message import DecodeError
 
 from broker.context import BrokerContext
-from broker.loop_listener import ANONYMOUS, IdleTimer, LoopListener
+from broker.loop_listener import ANONYMOUS, Connection, IdleTimer, LoopListener
 from common.framing import AUTH, DATA, ERROR, FETCH, KINDS, OK, PRODUCE, SIZE
 from controller.security.rules import BROKER_RULES, Check
 from controller.security.token import TokenError, TokenSigner
@@ -126,15 +126,9 @@ class DataListener(LoopListener):
                                   "has no SASL authority to check session tokens with")  # fmt: skip
         super().__init__(ctx, name, listen, service, loop, tls=protocol in ("SSL", "SASL_SSL"))
         self.protocol = protocol
-        self._connections: set[_Connection] = set()
 
-    def _protocol(self) -> asyncio.Protocol:
+    def _protocol(self) -> Connection:
         return _Connection(self)
-
-    async def _close_all(self) -> None:
-        for connection in list(self._connections):
-            connection.abort()  # its requests still waiting are cancelled with it
-        await asyncio.sleep(0)  # connection_lost of each (scheduled by abort) before the loop may stop
 
     def _authenticate(self, conn: _Connection, message: bytes) -> bytes | None:
         """An AUTH frame: the connection's principal and session from its token; the refusal's frame, if any."""
@@ -218,21 +212,21 @@ class _Slot:
         self._connection.flush()
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(Connection):
     """One client's connection, on the loop: frames parsed as they arrive (``data_received``), each request
     started at once in the order read (at most :data:`MAX_PIPELINED` waiting), the answers written in that order
     as they become ready (:meth:`flush`)."""
 
+    log = logger
+
     def __init__(self, listener: DataListener) -> None:
+        super().__init__(listener)
         self._listener = listener
         self._inbox: bytes | bytearray = b""
         self._at = 0  # where the next frame starts in _inbox
-        self._transport: asyncio.Transport | None = None
         self._idle: IdleTimer | None = None
         self._slots: deque[_Slot] = deque()  # read, not yet written, in request order
         self._stalled: asyncio.TimerHandle | None = None  # the client not reading its answers
-        self.who = self.host = "?"
-        self.principal: str | None = ANONYMOUS  # None: a SASL listener's connection not authenticated yet
         self.expires_ms: int | None = None  # when its SASL session ends (wall clock, ms); None: no session
         self._reading = True
         self._writing = True  # False: the write buffer is over its high-water mark
@@ -240,24 +234,13 @@ class _Connection(asyncio.Protocol):
         self._eof = False  # the client ended its side
         self._ending = False  # no more requests taken: closes once the answers before are written
         self._abort_when_written = False  # TLS: the last answer is on its way (_close_when_written)
-        self._closed = False
 
     # --- asyncio.Protocol ------------------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+    def _admitted(self, transport: asyncio.Transport) -> None:
         listener = self._listener
-        peer = transport.get_extra_info("peername") or ("?", 0)
-        self.host, self.who = str(peer[0]), f"{peer[0]}:{peer[1]}"
-        principal = listener.admit(transport, len(listener._connections), logger)
-        if principal is None:
-            self._closed = True
-            return
-        self.principal = principal
-        if listener.signer is not None and (principal == ANONYMOUS or listener.protocol == "SASL_PLAINTEXT"):
+        if listener.signer is not None and (self.principal == ANONYMOUS or listener.protocol == "SASL_PLAINTEXT"):
             self.principal = None  # SASL: a session token first (a verified certificate will do on SASL_SSL)
-        listener._connections.add(self)
         self._idle = IdleTimer(listener._loop, listener.idle_timeout_s, transport.abort)
 
     def data_received(self, data: bytes) -> None:
@@ -298,13 +281,12 @@ class _Connection(asyncio.Protocol):
 
     def abort(self) -> None:
         """Close at once (what is not written is dropped), and cancel the requests still waiting."""
-        if self._transport is not None:
-            self._transport.abort()
+        super().abort()
         self._end()
 
     def _end(self) -> None:
         self._closed = True
-        self._listener._connections.discard(self)
+        self._listener.connections.discard(self)
         for handle in (self._idle, self._stalled):
             if handle is not None:
                 handle.cancel()

@@ -84,8 +84,8 @@ class IdleTimer:
 
 class LoopListener:
     """The listener named ``name`` on ``listen``, served on ``loop`` by ``service``; ``tls``: whether its protocol
-    is TLS. A subclass serves each connection with a protocol of its own (:meth:`_protocol`: frames parsed as they
-    arrive, each request answered from a callback, no task per request) and closes them all (:meth:`_close_all`)."""
+    is TLS. A subclass serves each connection with a :class:`Connection` of its own (:meth:`_protocol`: frames parsed
+    as they arrive, each request answered from a callback, no task per request)."""
 
     def __init__(
         self, ctx: BrokerContext, name: str, listen: str, service: Any, loop: asyncio.AbstractEventLoop, tls: bool
@@ -102,6 +102,7 @@ class LoopListener:
         self._loop = loop
         self._server: asyncio.AbstractServer | None = None
         self.port = 0
+        self.connections: set[Connection] = set()  # the admitted ones (on the loop)
 
     def start(self) -> None:
         """Bind and serve; ``RuntimeError`` when the address cannot be bound."""
@@ -131,12 +132,14 @@ class LoopListener:
         self._server.close()
         await self._close_all()
 
-    def _protocol(self) -> asyncio.Protocol:
+    def _protocol(self) -> Connection:
         """A new connection's protocol (one per connection, on the loop)."""
         raise NotImplementedError
 
     async def _close_all(self) -> None:
-        raise NotImplementedError
+        for connection in list(self.connections):
+            connection.abort()  # what it was answering is dropped (each listener says how)
+        await asyncio.sleep(0)  # connection_lost of each (scheduled by abort) before the loop may stop
 
     def admit(self, transport: asyncio.Transport, open_connections: int, log: logging.Logger) -> str | None:
         """A new connection (``connection_made``): its principal (:meth:`principal_of`), with TCP_NODELAY set; or
@@ -167,3 +170,40 @@ class LoopListener:
         if ssl_object is None:
             return ANONYMOUS
         return security.certificate_principal(ssl_object, self.ctx.security.principal_mapper)
+
+
+class Connection(asyncio.Protocol):
+    """What a connection of either listener does on arrival: :meth:`LoopListener.admit` (refused and aborted, or its
+    principal, and counted in ``listener.connections``), then :meth:`_admitted`. ``log`` is the listener module's
+    logger (its tests capture it)."""
+
+    log = logging.getLogger(__name__)
+
+    def __init__(self, listener: LoopListener) -> None:
+        self._transport: asyncio.Transport | None = None
+        self.who = self.host = "?"  # host:port for the logs; the host for the authorizer's match
+        self.principal: str | None = ANONYMOUS
+        self._closed = False
+        self._loop_listener = listener
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        listener = self._loop_listener
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        self.host, self.who = str(peer[0]), f"{peer[0]}:{peer[1]}"
+        principal = listener.admit(transport, len(listener.connections), self.log)
+        if principal is None:
+            self._closed = True
+            return
+        self.principal = principal
+        listener.connections.add(self)
+        self._admitted(transport)
+
+    def _admitted(self, transport: asyncio.Transport) -> None:
+        """The connection is admitted, ``principal`` set: what the listener's connection starts with."""
+
+    def abort(self) -> None:
+        """Close at once (what is not written is dropped); ``connection_lost`` follows."""
+        if self._transport is not None:
+            self._transport.abort()

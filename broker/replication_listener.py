@@ -36,7 +36,7 @@ from broker.context import BrokerContext
 from broker.errors import error
 from broker.fetch_session import LeaderSession, SessionError
 from broker.handlers import fetch
-from broker.loop_listener import ANONYMOUS, IdleTimer, LoopListener
+from broker.loop_listener import ANONYMOUS, Connection, IdleTimer, LoopListener
 from common.framing import SIZE, frame
 from controller.security.rules import BROKER_RULES, Check
 from metadata.configs import ConfigError
@@ -59,14 +59,9 @@ class ReplicationListener(LoopListener):
                               "SASL_SSL")  # fmt: skip
         super().__init__(ctx, name, listen, service, loop, tls=protocol in ("SSL", "SASL_SSL"))
         self.protocol = protocol
-        self._connections: set[_Connection] = set()
 
-    def _protocol(self) -> asyncio.Protocol:
+    def _protocol(self) -> Connection:
         return _Connection(self)
-
-    async def _close_all(self) -> None:
-        for connection in list(self._connections):
-            connection.abort()
 
     def _answer(
         self, request: pb.FetchRequest, principal: str, host: str, session: LeaderSession,
@@ -103,38 +98,27 @@ class ReplicationListener(LoopListener):
         self._service.fetch_then(view, answered, session)
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(Connection):
     """One follower's connection, on the loop: frames parsed as they arrive (``data_received``), one request at a
     time (the follower's lockstep), each answered from the callback of its fetch; no task, stream read or future
     per request (docs/LATENCY.md). Back-pressure: while the transport's write buffer is above its high-water mark
     (a follower not reading its answers) no further request is taken, and the connection counts as idle, so
     ``connections.max.idle.ms`` closes it."""
 
+    log = logger
+
     def __init__(self, listener: ReplicationListener) -> None:
+        super().__init__(listener)
         self._listener = listener
         self._inbox = bytearray()
-        self._transport: asyncio.Transport | None = None
         self._idle: IdleTimer | None = None
         self._session: LeaderSession | None = None
-        self._principal = ANONYMOUS
-        self._host = self._who = "?"
         self._busy = False  # a request taken, not answered yet
         self._paused = False  # the write buffer is full
         self._taking = False  # inside _next's loop
-        self._closed = False
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+    def _admitted(self, transport: asyncio.Transport) -> None:
         listener = self._listener
-        peer = transport.get_extra_info("peername") or ("?", 0)
-        self._host, self._who = str(peer[0]), f"{peer[0]}:{peer[1]}"
-        principal = listener.admit(transport, len(listener._connections), logger)
-        if principal is None:
-            self._closed = True
-            return
-        self._principal = principal
-        listener._connections.add(self)
         self._idle = IdleTimer(listener._loop, listener.idle_timeout_s, transport.abort)
         self._session = LeaderSession(listener.ctx)  # the connection's fetch session (broker.fetch_session)
 
@@ -170,7 +154,7 @@ class _Connection(asyncio.Protocol):
         listener = self._listener
         if size > listener.max_request_bytes:
             logger.info("replication listener: closing %s: a request of %d bytes is over socket.request.max.bytes "
-                        "(%d)", self._who, size, listener.max_request_bytes)  # fmt: skip
+                        "(%d)", self.who, size, listener.max_request_bytes)  # fmt: skip
             self.abort()
             return False
         end = SIZE.size + size
@@ -179,7 +163,7 @@ class _Connection(asyncio.Protocol):
         try:
             request = pb.FetchRequest.FromString(bytes(inbox[SIZE.size : end]))
         except DecodeError as exc:
-            logger.info("replication listener: closing %s: a request that is not a FetchRequest: %s", self._who, exc)
+            logger.info("replication listener: closing %s: a request that is not a FetchRequest: %s", self.who, exc)
             self.abort()
             return False
         del inbox[:end]
@@ -188,7 +172,7 @@ class _Connection(asyncio.Protocol):
         self._idle.busy()  # the long poll has a deadline of its own
         self._busy = True
         try:
-            listener._answer(request, self._principal, self._host, self._session, self._answered)
+            listener._answer(request, self.principal or ANONYMOUS, self.host, self._session, self._answered)
         except Exception as exc:
             self._answered(exc)
         return True
@@ -203,21 +187,17 @@ class _Connection(asyncio.Protocol):
             return
         if isinstance(response, BaseException):
             logger.error("broker %d: replication listener: a fetch from %s failed; closing the connection",
-                         self._listener.ctx.broker_id, self._who, exc_info=response)  # fmt: skip
+                         self._listener.ctx.broker_id, self.who, exc_info=response)  # fmt: skip
             self.abort()
             return
         self._transport.write(frame(response.SerializeToString()))
         self._next()
 
-    def abort(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()  # connection_lost follows
-
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None:
-            logger.debug("replication listener: connection from %s ended: %r", self._who, exc)
+            logger.debug("replication listener: connection from %s ended: %r", self.who, exc)
         self._closed = True
-        self._listener._connections.discard(self)
+        self._listener.connections.discard(self)
         if self._idle is not None:
             self._idle.cancel()
         if not self._busy:  # else when its fetch is answered: the session is in use until then

@@ -521,13 +521,22 @@ class _Running:
 class _Parked:
     """A request waiting for a purgatory operation without a coroutine: woken by the operation's completion (on
     the loop's thread directly, from another through ``call_soon_threadsafe``) or by its timer (then it expires
-    the operation), whichever comes first; then :meth:`_woken`, once, unless :meth:`cancel` came first."""
+    the operation), whichever comes first; then :meth:`_woken`, once, unless :meth:`cancel` came first, which
+    ends in ``done`` (the answer, or the exception of an unexpected error)."""
 
-    __slots__ = ("_loop", "_thread", "_op", "_timer", "_fired", "_cancelled")
+    __slots__ = ("_service", "_loop", "_thread", "_request", "_arrived", "_done", "_op", "_timer", "_fired",
+                 "_cancelled")  # fmt: skip
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, service: BrokerService, loop: asyncio.AbstractEventLoop, request: Any, arrived: float,
+        done: Callable[[Any], None],
+    ) -> None:  # fmt: skip
+        self._service = service
         self._loop = loop
         self._thread = threading.get_ident()
+        self._request = request
+        self._arrived = arrived
+        self._done = done
         self._op: Any = None
         self._timer: asyncio.TimerHandle | None = None
         self._fired = False
@@ -565,20 +574,16 @@ class _Parked:
 
 
 class _ParkedProduce(_Parked):
-    """An acks=all Produce waiting for the ISR (:meth:`BrokerService.produce_then`); then its answer and ``done``."""
+    """An acks=all Produce waiting for the ISR (:meth:`BrokerService.produce_then`); then its answer."""
 
-    __slots__ = ("_service", "_request", "_started", "_arrived", "_done")
+    __slots__ = ("_started",)
 
     def __init__(
         self, service: BrokerService, loop: asyncio.AbstractEventLoop, request: Any, started: Any, arrived: float,
         done: Callable[[Any], None],
     ) -> None:  # fmt: skip
-        super().__init__(loop)
-        self._service = service
-        self._request = request
+        super().__init__(service, loop, request, arrived, done)
         self._started = started
-        self._arrived = arrived
-        self._done = done
 
     def _woken(self) -> None:
         service, started = self._service, self._started
@@ -596,22 +601,18 @@ class _ParkedProduce(_Parked):
 
 class _ParkedFetch(_Parked):
     """A fetch waiting in the purgatory (:meth:`BrokerService.fetch_then`); then the read after the wait (on the
-    loop when small, else on the worker pool) and ``done``."""
+    loop when small, else on the worker pool)."""
 
-    __slots__ = ("_service", "_request", "_finish", "_started", "_arrived", "_done")
+    __slots__ = ("_finish", "_started")
 
     def __init__(
         self, service: BrokerService, loop: asyncio.AbstractEventLoop, request: Any,
         finish: Callable[[BrokerContext, Any], Any], started: fetch.PendingFetch[Any], arrived: float,
         done: Callable[[Any], None],
     ) -> None:  # fmt: skip
-        super().__init__(loop)
-        self._service = service
-        self._request = request
+        super().__init__(service, loop, request, arrived, done)
         self._finish = finish
         self._started = started
-        self._arrived = arrived
-        self._done = done
 
     def _woken(self) -> None:
         service = self._service

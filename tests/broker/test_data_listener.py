@@ -293,6 +293,15 @@ def serve(loop: asyncio.AbstractEventLoop) -> Iterator[Serve]:
 # ------------------------------------------------------------------------------------------- answers
 
 
+def held_produces(served: Served, topics: list[str]) -> Client:
+    """A new connection that has sent a Produce to each of ``topics``, all held by the service."""
+    served.service.hold(*topics)
+    client = served.connect()
+    for topic in topics:
+        client.send(PRODUCE, produce(topic))
+    return client
+
+
 def test_produce_and_fetch_are_answered(serve: Serve) -> None:
     served = serve()
     client = served.connect()
@@ -329,10 +338,7 @@ def test_beyond_max_pipelined_the_connection_is_not_read_until_the_oldest_is_ans
     served = serve()
     service = served.service
     topics = [f"p{i}" for i in range(MAX_PIPELINED + 1)]
-    service.hold(*topics)
-    client = served.connect()
-    for topic in topics:
-        client.send(PRODUCE, produce(topic))
+    client = held_produces(served, topics)
     assert service.wait_for(lambda: len(service.seen) == MAX_PIPELINED)
     assert not service.wait_for(lambda: len(service.seen) > MAX_PIPELINED, QUIET_S)  # the 17th is not read
     service.release(topics[1])  # answered only after the oldest: still nothing read
@@ -367,10 +373,7 @@ def test_a_client_that_stops_sending_beyond_max_pipelined_gets_every_answer(serv
     served = serve()
     service = served.service
     topics = [f"p{i}" for i in range(MAX_PIPELINED + 4)]
-    service.hold(*topics)
-    client = served.connect()
-    for topic in topics:
-        client.send(PRODUCE, produce(topic))
+    client = held_produces(served, topics)
     client.sock.shutdown(socket.SHUT_WR)
     assert service.wait_for(lambda: len(service.seen) == MAX_PIPELINED)
     service.release(*topics)

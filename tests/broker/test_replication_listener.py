@@ -117,7 +117,7 @@ def test_requests_sent_together_are_taken_one_at_a_time_in_order(
         first = time.monotonic() - sent
         answer(sock)
         assert first >= 0.35  # the first waited its max wait: nothing to read
-        assert served._connections  # still open, serving
+        assert served.connections  # still open, serving
 
 
 def test_a_connection_lost_while_its_fetch_waits_ends_quietly(
@@ -129,11 +129,11 @@ def test_a_connection_lost_while_its_fetch_waits_ends_quietly(
     with socket.create_connection(("127.0.0.1", served.port), timeout=WAIT_S) as sock:
         sock.sendall(fetch(h, max_wait_ms=300))
         deadline = time.monotonic() + WAIT_S
-        while not served._connections:
+        while not served.connections:
             assert time.monotonic() < deadline, "the listener did not take the connection"
             time.sleep(0.01)
     deadline = time.monotonic() + WAIT_S
-    while served._connections:  # the close is seen at once; the parked fetch ends at its max wait
+    while served.connections:  # the close is seen at once; the parked fetch ends at its max wait
         assert time.monotonic() < deadline, "the lost connection is still listed"
         time.sleep(0.01)
     time.sleep(0.5)  # past the parked fetch's max wait: it was answered into a closed connection
