@@ -127,22 +127,25 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """:meth:`Produce` after ``produce.begin``: a held batch's turn on a worker, the acks=all wait, the answer."""
         if isinstance(started, produce.PendingProduce) and started.pending.held:
             started = await self._call_blocking(produce.resume, started, context, produce.handle, arrived)
-        traced = trace.ON and isinstance(started, produce.PendingProduce)
-        if traced:
-            results = started.pending.results
-        if isinstance(started, produce.PendingProduce):
-            request.ClearField("topics")  # the records are written: free them while the ISR catches up
-            op = started.pending.operation
-            assert op is not None
-            wakeup = Wakeup()
-            op.add_done_callback(wakeup.wake)
-            if not await wakeup.wait(started.pending.wait_s):
-                op.expire()
-            started = produce.finish(started)
-        if traced:
-            _trace_produce(arrived, results)
-        self._record(produce.handle, request, started, arrived)
-        return started
+        if not isinstance(started, produce.PendingProduce):
+            self._record(produce.handle, request, started, arrived)
+            return started
+        request.ClearField("topics")  # the records are written: free them while the ISR catches up
+        op = started.pending.operation
+        assert op is not None
+        wakeup = Wakeup()
+        op.add_done_callback(wakeup.wake)
+        if not await wakeup.wait(started.pending.wait_s):
+            op.expire()
+        return self._produce_finished(request, started, arrived)
+
+    def _produce_finished(self, request: Any, started: Any, arrived: float) -> Any:
+        """An acks=all Produce's answer once its wait is over (completed or expired): traced and counted."""
+        response = produce.finish(started)
+        if trace.ON:
+            _trace_produce(arrived, started.pending.results)
+        self._record(produce.handle, request, response, arrived)
+        return response
 
     def produce_then(self, request: Any, done: Callable[[Any], None]) -> Callable[[], None]:
         """:meth:`Produce` without a coroutine (``broker.data_listener``): the appends on the loop, the acks=all
@@ -181,10 +184,20 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         its position) also runs its first read on the loop. With ``session`` (a
         :class:`~broker.fetch_session.LeaderSession`; ``request`` is then its view) the session decides what
         is read, and how the fetch waits."""
+        return await self._fetch(request, context, session, self._read_inline_first(request, session))
+
+    def _read_inline_first(self, request: Any, session: Any) -> bool:
+        """Whether a fetch's first read runs on the loop: it has nothing to read yet (``fetch.nothing_to_read``, or
+        the session's), and inline reads are on (``fetch.inline.read.max.bytes`` above 0)."""
+        if self._inline_read_max_bytes <= 0:
+            return False
+        return fetch.nothing_to_read(self._ctx, request) if session is None else session.nothing_to_read(self._ctx)
+
+    async def _fetch(self, request: Any, context: Any, session: Any, inline_first: bool) -> Any:
+        """:meth:`Fetch`, told where its first read runs (:meth:`_read_inline_first`)."""
         arrived = time.perf_counter()
         begin, finish = (fetch.begin_grpc, fetch.finish_grpc) if session is None else (session.begin, session.finish)
-        caught_up = fetch.nothing_to_read(self._ctx, request) if session is None else session.nothing_to_read(self._ctx)
-        if self._inline_read_max_bytes > 0 and caught_up:
+        if inline_first:
             # caught up (a follower's report, a consumer at the high watermark): the read finds nothing, and
             # the high watermark it may move completes the waiting produces on this loop, with no thread hop
             started = await self._call_inline(begin, request, context, fetch.handle, arrived)
@@ -272,13 +285,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         connection). Returns what cancels it (``done`` is then not called). Measured in docs/LATENCY.md: no task,
         stream read or future per request on the way of every replicated and consumed record."""
         loop = asyncio.get_running_loop()
+        if not self._read_inline_first(request, session):
+            return _Running(loop.create_task(self._fetch(request, NoContext(), session, False)), done).cancel
         arrived = time.perf_counter()
-        if session is None:
-            begin, finish, caught_up = fetch.begin_grpc, fetch.finish_grpc, fetch.nothing_to_read(self._ctx, request)
-        else:
-            begin, finish, caught_up = session.begin, session.finish, session.nothing_to_read(self._ctx)
-        if not (self._inline_read_max_bytes > 0 and caught_up):
-            return _Running(loop.create_task(self.Fetch(request, NoContext(), session)), done).cancel
+        begin, finish = (fetch.begin_grpc, fetch.finish_grpc) if session is None else (session.begin, session.finish)
         try:
             started = begin(self._ctx, request)
         except Exception as exc:
@@ -586,16 +596,12 @@ class _ParkedProduce(_Parked):
         self._started = started
 
     def _woken(self) -> None:
-        service, started = self._service, self._started
         try:
-            response = produce.finish(started)
+            response = self._service._produce_finished(self._request, self._started, self._arrived)
         except Exception as exc:
-            service._failed(produce.handle, self._request, self._arrived, exc)
+            self._service._failed(produce.handle, self._request, self._arrived, exc)
             self._done(exc)
             return
-        if trace.ON:
-            _trace_produce(self._arrived, started.pending.results)
-        service._record(produce.handle, self._request, response, self._arrived)
         self._done(response)
 
 
