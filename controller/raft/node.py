@@ -69,6 +69,28 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         if self._SyncObj__raftElectionDeadline < time.monotonic() and self._SyncObj__transport.ready:
             self._poller.poll(0)
 
+    def next_wait(self, due_s: float, longest_s: float) -> float:
+        """How long the next tick may wait for a message before it must run again: until this node's next timer
+        (a leader's next heartbeat, a follower's or candidate's election deadline), at most ``longest_s``.
+
+        A message wakes the tick anyway (a proposal through pysyncobj's pipe, a peer's through its socket), so
+        an idle voter wakes for its timers and its peers' heartbeats only, not every ``due_s``. When the timer
+        is already due the tick about to run handles it: a leader sends its heartbeats, whose next are a period
+        away; a follower starts an election, unless it is connected to no one, and then looks again in ``due_s``.
+        Read on the Raft thread, before each tick.
+        """
+        now = time.monotonic()
+        left: float
+        if self._SyncObj__raftState == _LEADER:
+            left = self._SyncObj__newAppendEntriesTime - now
+            if left <= 0:
+                left = self._SyncObj__conf.appendEntriesPeriod
+        else:
+            left = self._SyncObj__raftElectionDeadline - now
+            if left <= 0:
+                return due_s
+        return min(left, longest_s)
+
     @_replicated
     def rep_append(
         self, request_id: bytes, term: int, payloads: list[bytes], expected_base_offset: int = -1

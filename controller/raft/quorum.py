@@ -262,7 +262,7 @@ class MetadataQuorum:
         while not self._stop.is_set() and self._fatal is None:
             try:
                 raft.read_before_election_check()
-                raft.doTick(self._tuning.tick_interval_s)
+                raft.doTick(raft.next_wait(self._tuning.tick_interval_s, self._tuning.idle_tick_s))
                 if self._fatal is None:
                     journal.flush()  # the leader's own entries, before the next tick counts them
                     self._after_tick(raft)

@@ -6,10 +6,17 @@ Why these defaults (figures measured on this project's 2-core machine with pysyn
   heartbeat; ~1 ms commits instead of ~100 ms.
 - Heartbeat 50 ms, election timeout 0.3-0.6 s (pysyncobj: 0.1 s, 0.4-1.4 s): a dead leader is replaced in
   about half a second instead of one; pysyncobj requires the minimum above 3 heartbeats.
-- The Raft thread ticks every 10 ms when idle: pysyncobj checks the election deadline only when it
-  ticks, and with 50 ms ticks the two survivors of a dead leader, phase-aligned by its last heartbeat,
-  often became candidates in the same tick and split the vote (measured: about 1 failover in 6 took a
-  second election). Idle cost: about 3% of a core per voter.
+- The Raft thread's tick waits for a message until the node's next timer, at most 50 ms
+  (``idle_tick_s``): a follower wakes at its own election deadline, a leader at its next heartbeat.
+  pysyncobj checks the election deadline only when it ticks, and with fixed 50 ms ticks the two survivors
+  of a dead leader, phase-aligned by its last heartbeat, often became candidates in the same tick and split
+  the vote (measured: about 1 failover in 6 took a second election); fixed 10 ms ticks fixed that at 100
+  wake-ups a second per idle voter. Waiting until the deadline itself keeps each survivor's random timeout
+  whole without them. Measured on an idle ``odradek up`` (3 controllers, 3 brokers), 2026-11-28: a
+  follower controller's process 44-47 ms of CPU a second and 152 wake-ups before, 27-32 and 78-81 after;
+  commit latency and failover unchanged (``python -m bench.raft_quorum``, docs/OPERATIONS.md).
+  ``tick_interval_s`` (10 ms) is the wait when a follower's deadline has passed without an election (it is
+  connected to no one).
 - ``leaderFallbackTimeout`` 1 s (pysyncobj: 30 s): a leader that hears from no majority steps down after
   one second, so it stops calling itself active soon after the others elected someone else. Writes are
   safe regardless: they are fenced by the term in the state machine.
@@ -38,6 +45,7 @@ class QuorumTuning:
     """Timing and limit knobs. Every voter should use the same ``state_*`` values (they define the log)."""
 
     tick_interval_s: float = 0.01
+    idle_tick_s: float = 0.05
     heartbeat_interval_s: float = 0.05
     election_timeout_min_s: float = 0.3
     election_timeout_max_s: float = 0.6
@@ -63,6 +71,8 @@ class QuorumTuning:
     def __post_init__(self) -> None:
         if not 0 < self.heartbeat_interval_s * 3 < self.election_timeout_min_s < self.election_timeout_max_s:
             raise ValueError("need 0 < 3 * heartbeat_interval_s < election_timeout_min_s < ..._max_s")
+        if not 0 < self.tick_interval_s <= self.idle_tick_s:
+            raise ValueError("need 0 < tick_interval_s <= idle_tick_s")
         if self.connection_timeout_s < self.election_timeout_max_s:
             raise ValueError("connection_timeout_s must be >= election_timeout_max_s")
         if self.leader_fallback_timeout_s <= self.heartbeat_interval_s:

@@ -532,3 +532,31 @@ def test_a_follower_held_up_past_its_election_deadline_reads_the_heartbeats_firs
     assert {n.node_id: n.status().raft_term for n in c.nodes.values()} == dict.fromkeys(c.nodes, term)
     assert active.is_active()
     assert active.append([b"after-the-stall"], timeout_s=5).ok
+
+
+def test_an_idle_follower_ticks_for_its_heartbeats_not_every_tick_interval(cluster: Callable[..., Cluster]) -> None:
+    """An idle voter's Raft thread waits for a message until its next timer (``RaftNode.next_wait``): a
+    follower ticks for the leader's heartbeats (every 50 ms) and at most every ``idle_tick_s`` (50 ms), about
+    40 times a second, not every 10 ms (``tick_interval_s``: 100 times a second and more, as it did before);
+    and an election still replaces a stopped leader."""
+    c = cluster().start_all()
+    active = c.settled()
+    followers = [n for n in c.nodes.values() if n is not active]
+    ticks = dict.fromkeys((n.node_id for n in followers), 0)
+    for node in followers:
+        raft = node._raft
+        real_tick = raft.doTick
+
+        def counted(wait_s: float, real_tick: Callable[[float], None] = real_tick, node_id: int = node.node_id) -> None:
+            ticks[node_id] += 1
+            real_tick(wait_s)
+
+        raft.doTick = counted
+    started = time.monotonic()
+    time.sleep(2.0)
+    per_s = {node_id: n / (time.monotonic() - started) for node_id, n in ticks.items()}
+    assert all(0 < rate < 60 for rate in per_s.values()), f"ticks a second per follower: {per_s}"
+    c.stop(active.node_id)
+    successor = c.active()
+    assert successor.node_id != active.node_id
+    assert successor.append([b"after-the-leader-stopped"], timeout_s=5).ok
