@@ -53,8 +53,12 @@ a change measured for SASL clients; the peers stay plaintext, and ``odradek-kafk
 
 Every workload writes to a fresh topic or stream. With ``--repeat N`` the workloads run N rounds, the
 systems in a rotated order each round (so a slow drift of the machine does not favour one system), and
-the table shows the median of the rounds with the range. The ratio columns divide by the baseline
-system's figure of the same workload (``--baseline``, default the first system): for throughput above 1
+the table shows the median of the rounds with the range. ``server µs/rec`` is the CPU the system's servers
+spent per record while the measured workload's client ran (its burst not counted): every server process
+(``/proc/<pid>/stat``; for Odradek its controllers and brokers), their idle work over the client's whole run
+included, so short runs overstate it. On a machine of two cores the CPU a record costs is what its tail waits
+for; the client's share is measured for Odradek's by ``tests.bench.cpu``. The ratio columns divide by the
+baseline system's figure of the same workload (``--baseline``, default the first system): for throughput above 1
 means faster than the baseline, for latency above 1 means slower. Other helpers may load the machine:
 the load average is printed before and after; only ratios within one run mean anything. The header also gives
 this machine's hop measured first (``bench.rpc_floor``'s tcp-asyncio round trip between two Python processes):
@@ -71,10 +75,11 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +89,7 @@ from tests.bench.systems import (
     NatsCluster,
     OdradekCluster,
     RedisServer,
+    cpu_seconds,
     find_binary,
     install_packages,
     peer_workload,
@@ -251,10 +257,20 @@ def run_odradek(run: Run, system: str, w: Workload, round_no: int) -> dict[str, 
                 str(w.record_size), "--acks", "all"]  # fmt: skip
         if run.e2e_consumer_process:
             args.append("--consumer-process")
-    done = cluster.perf(args, timeout_s)
+    done, cpu = metered(cluster.pids(), w.records, lambda: cluster.perf(args, timeout_s))
     if done.returncode != 0:
         raise RuntimeError(done.stderr.decode().strip()[-500:] or f"exit status {done.returncode}")
-    return last_json(done.stdout)
+    return {**last_json(done.stdout), "cpu": cpu}
+
+
+def metered(
+    servers: Sequence[int], records: int, run: Callable[[], subprocess.CompletedProcess[bytes]]
+) -> tuple[subprocess.CompletedProcess[bytes], dict[str, float]]:
+    """``run()`` (one client process, waited for), and the CPU the system's servers (every process of
+    ``servers``) spent while it ran, per record, in microseconds: ``{"server_us": ...}``."""
+    before = sum(cpu_seconds(pid) for pid in servers)
+    done = run()
+    return done, {"server_us": (sum(cpu_seconds(pid) for pid in servers) - before) * 1e6 / max(1, records)}
 
 
 def run_kafka(run: Run, system: str, w: Workload, round_no: int) -> dict[str, Any]:
@@ -264,30 +280,34 @@ def run_kafka(run: Run, system: str, w: Workload, round_no: int) -> dict[str, An
     topic = topic_name(w, system, round_no)
     if w.kind != "consume":
         cluster.create_topic(topic, 1, replication_factor(system))
-    return run_peer_workload("kafka", cluster.kafka_bootstrap, topic, w, replication_factor(system))
+    return run_peer_workload("kafka", cluster.kafka_bootstrap, topic, w, replication_factor(system), cluster.pids())
 
 
 def run_peer(run: Run, system: str, w: Workload, round_no: int) -> dict[str, Any]:
-    if system == "redis":
-        assert run.redis is not None
-        servers, replicas, kind = run.redis.servers, 1, "redis"
-    else:
-        assert run.nats is not None
-        servers, replicas, kind = run.nats.servers, 3 if system == "nats-r3" else 1, "nats"
-    return run_peer_workload(kind, servers, topic_name(w, system, round_no), w, replicas)
+    server: NatsCluster | RedisServer | None = run.redis if system == "redis" else run.nats
+    assert server is not None
+    replicas = 3 if system == "nats-r3" else 1
+    return run_peer_workload(
+        "redis" if system == "redis" else "nats", server.servers, topic_name(w, system, round_no), w, replicas,
+        server.pids(),
+    )
 
 
-def run_peer_workload(kind: str, servers: str, stream: str, w: Workload, replicas: int) -> dict[str, Any]:
-    """The workload (after its burst, if it has one) by ``tests.bench.peers``; its JSON document."""
+def run_peer_workload(
+    kind: str, servers: str, stream: str, w: Workload, replicas: int, pids: Sequence[int]
+) -> dict[str, Any]:
+    """The workload (after its burst, if it has one) by ``tests.bench.peers``, metered (:func:`metered`, the
+    servers' processes ``pids``); its JSON document."""
     timeout_s = timeout_for(w)
     if w.burst:
         done = peer_workload(kind, "produce", servers, stream, w.burst, w.record_size, -1, replicas, timeout_s)
         if done.returncode != 0:
             raise RuntimeError(f"the burst failed: {done.stderr.decode().strip()[-500:]}")
-    done = peer_workload(kind, w.kind, servers, stream, w.records, w.record_size, w.rate, replicas, timeout_s)
+    done, cpu = metered(pids, w.records, lambda: peer_workload(kind, w.kind, servers, stream, w.records,
+                                                              w.record_size, w.rate, replicas, timeout_s))  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(done.stderr.decode().strip()[-500:] or f"exit status {done.returncode}")
-    return last_json(done.stdout)
+    return {**last_json(done.stdout), "cpu": cpu}
 
 
 def run_one(run: Run, system: str, w: Workload, round_no: int) -> Result:
@@ -331,6 +351,7 @@ FIGURES = (  # (column, path in the document)
     ("e2e p50", ("e2e", "p50")),
     ("e2e p99", ("e2e", "p99")),
     ("e2e p999", ("e2e", "p999")),
+    ("server µs/rec", ("cpu", "server_us")),
 )
 
 
@@ -340,6 +361,8 @@ def figure(doc: dict[str, Any], kind: str, path: tuple[str, ...]) -> float | Non
     if path == ("records_per_sec",) or path == ("mb_per_sec",):
         return float(doc[path[0]])
     group, name = path
+    if group == "cpu":
+        return float(doc["cpu"][name]) if "cpu" in doc else None
     if group == "ack":
         source = doc.get("latency_ms") if kind == "produce" else doc.get("ack_latency_ms") if kind == "e2e" else None
     else:
@@ -366,6 +389,8 @@ def fmt(value: float, column: str) -> str:
         return f"{value:,.0f}"
     if column == "MB/s":
         return f"{value:.2f}"
+    if column == "server µs/rec":
+        return f"{value:,.0f}"
     return f"{value:.2f}"
 
 

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import statistics
 import sys
 import tempfile
@@ -33,24 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.bench.systems import OdradekCluster
+from tests.bench.systems import OdradekCluster, children_cpu_seconds, cpu_seconds
 from tests.cli.helpers import odradek
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 ROLES = ("leader", "follower", "broker", "controller", "client")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of the live process ``pid`` (its threads included)."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        stat = f.read()
-    fields = stat[stat.rindex(b")") + 2 :].split()  # after "pid (comm) ": state is field 3 of proc(5)
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15
-
-
-def children_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ when asked (``--install-peers``; needs root and the machine's configured apt sou
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -26,6 +27,21 @@ from tests.cli.helpers import UpProcess, cli_env, free_base_port, odradek
 PACKAGES = {"nats-server": "nats-server", "redis-server": "redis-server"}
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of the live process ``pid`` (its threads included)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(b")") + 2 :].split()  # after "pid (comm) ": state is field 3 of proc(5)
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15
+
+
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's finished (waited-for) children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def free_ports(count: int) -> list[int]:
@@ -132,6 +148,11 @@ class OdradekCluster:
         return odradek(["perf", *args, "--json", *self.client_args], self.env, timeout_s=timeout_s,
                        python=self.python, cwd=self.cwd)  # fmt: skip
 
+    def pids(self) -> list[int]:
+        """The cluster's controllers and brokers (from the ``cluster.json`` of ``odradek up``)."""
+        doc = self.up.cluster_json()
+        return [int(entry["pid"]) for kind in ("controllers", "brokers") for entry in doc[kind]]
+
     def stop(self) -> None:
         try:
             self.up.stop(timeout_s=STOP_TIMEOUT_S * 3)
@@ -181,6 +202,9 @@ class NatsCluster:
                 return False
         return True
 
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes]
+
     def stop(self) -> None:
         stop_processes(self.processes)
 
@@ -215,6 +239,9 @@ class RedisServer:
                 return s.recv(16).startswith(b"+PONG")
         except OSError:
             return False
+
+    def pids(self) -> list[int]:
+        return [] if self.process is None else [self.process.pid]
 
     def stop(self) -> None:
         if self.process is not None:

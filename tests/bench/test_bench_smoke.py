@@ -57,6 +57,11 @@ def test_compare_runs_every_workload_on_every_system(tmp_path: Path) -> None:
             assert result["error"] == "", result
             check_document(result["doc"], workload.kind, workload.scaled(SCALE).records)
             assert any(line.startswith(workload.scaled(SCALE).title) and system in line for line in table.splitlines())
+            server_us = result["doc"]["cpu"]["server_us"]
+            assert server_us >= 0, (name, system, server_us)
+            if system.startswith("odradek"):  # a controller and a broker, idle or not, over a whole client run
+                assert server_us > 0, (name, system, server_us)
+    assert "server µs/rec" in table.splitlines()[2]
 
 
 def test_compare_runs_a_cluster_from_another_checkout(tmp_path: Path) -> None:
