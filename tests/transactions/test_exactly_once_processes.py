@@ -22,7 +22,8 @@ from odradek import Consumer, Producer, TopicPartition
 from proto import broker_pb2
 from tests.broker.cluster import Cluster
 
-RECORDS = 1500
+RECORDS = 1500  # the input, in all: most of it at the start, then CHUNK before each wait for commits
+EVERY = 20  # input records per transaction, at most
 PARTITIONS = 3
 CONFIG = {
     "transaction.state.log.num.partitions": "3",
@@ -43,7 +44,7 @@ class App:
         self._cond = threading.Condition()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         argv = [sys.executable, "-m", "tests.transactions.eos_app", "--bootstrap-servers", cluster.bootstrap_servers,
-                "--transactional-id", TXN_ID, "--expect", str(RECORDS), "--every", "20", "--pause-ms", "30"]
+                "--transactional-id", TXN_ID, "--expect", str(RECORDS), "--every", str(EVERY), "--pause-ms", "30"]
         self.err = open(root / f"{name}.err", "wb")  # noqa: SIM115 (closed by stop)
         self.out_path = root / f"{name}.out"  # its stdout lines, written at stop (for a failure's post-mortem)
         self.popen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.err, env=env, text=True)
@@ -61,8 +62,11 @@ class App:
         with self._cond:
             return sum(1 for line in self.lines if line.startswith("committed"))
 
-    def wait_commits(self, more: int, timeout_s: float = 60.0) -> None:
+    def wait_commits(self, more: int, feed: Input, timeout_s: float = 60.0) -> None:
+        """Wait for ``more`` commits after this call, fed the input they need first: the application may have
+        read all the input there was while the test waited for a broker, and then has nothing to commit."""
         target = self.commits() + more
+        feed.send(more * EVERY)
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while sum(1 for line in self.lines if line.startswith("committed")) < target:
@@ -90,6 +94,26 @@ class App:
             self.out_path.write_text("\n".join(self.lines) + "\n")
 
 
+class Input:
+    """The input topic's records, sent in parts: record i is ``k<i>`` / ``v<i>`` on partition i % PARTITIONS."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5})
+        self.sent = 0
+
+    def send(self, n: int) -> None:
+        """The next ``n`` records (fewer when that would pass RECORDS), written when this returns."""
+        first, self.sent = self.sent, min(RECORDS, self.sent + n)
+        futures = [self._producer.send("in", key=f"k{i:05d}".encode(), value=f"v{i}".encode(), partition=i % PARTITIONS)
+                   for i in range(first, self.sent)]  # fmt: skip
+        self._producer.flush(60)
+        for future in futures:
+            future.result(timeout=0)
+
+    def close(self) -> None:
+        self._producer.close()
+
+
 def coordinator_index(cluster: Cluster) -> int:
     answer = cluster.broker_stub(0).FindCoordinator(broker_pb2.FindCoordinatorRequest(key_type=1, keys=[TXN_ID]),
                                                     timeout=10)  # fmt: skip
@@ -108,33 +132,31 @@ def test_exactly_once_through_kills_failovers_and_a_zombie(tmp_path: Path) -> No
         for topic in ("in", "out"):
             cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=3,
                                  configs={"min.insync.replicas": "2"})  # fmt: skip
-        source = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5})
-        for i in range(RECORDS):
-            source.send("in", key=f"k{i:05d}".encode(), value=f"v{i}".encode(), partition=i % PARTITIONS)
-        source.flush(60)
-        source.close()
+        feed = Input(cluster)
+        feed.send(RECORDS - (5 + 5 + 5 + 3 + 5 + 3 + 3) * EVERY)  # the rest feeds the waits for commits below
         try:
             apps.append(App(cluster, tmp_path, "app-0"))
-            apps[-1].wait_commits(5)
+            apps[-1].wait_commits(5, feed)
             apps[-1].popen.kill()  # 1. the application dies mid-run
             apps[-1].wait_exit(10)
             apps.append(App(cluster, tmp_path, "app-1"))
-            apps[-1].wait_commits(5)
+            apps[-1].wait_commits(5, feed)
             coordinator = coordinator_index(cluster)  # 2. the transaction coordinator's broker dies
             cluster.kill_broker(coordinator)
-            apps[-1].wait_commits(5, timeout_s=90)
+            apps[-1].wait_commits(5, feed, timeout_s=90)
             cluster.start_broker(coordinator)
-            apps[-1].wait_commits(3)
+            apps[-1].wait_commits(3, feed)
             out_leader = cluster.leader("out", 0, via=live_index(cluster, -1))  # 3. an output leader dies
             victim = next(i for i, b in enumerate(cluster.brokers) if b.node_id == out_leader)
             cluster.kill_broker(victim)
-            apps[-1].wait_commits(5, timeout_s=90)
+            apps[-1].wait_commits(5, feed, timeout_s=90)
             cluster.start_broker(victim)
-            apps[-1].wait_commits(3)
+            apps[-1].wait_commits(3, feed)
             zombie = apps[-1]  # 4. paused, replaced, resumed
             zombie.popen.send_signal(signal.SIGSTOP)
             apps.append(App(cluster, tmp_path, "app-2"))
-            apps[-1].wait_commits(3)
+            apps[-1].wait_commits(3, feed)
+            assert feed.sent == RECORDS
             zombie.popen.send_signal(signal.SIGCONT)
             assert zombie.wait_exit(60) == 3, zombie.lines[-5:]
             assert any(line.startswith("fenced") for line in zombie.lines)
@@ -144,6 +166,7 @@ def test_exactly_once_through_kills_failovers_and_a_zombie(tmp_path: Path) -> No
         finally:
             for app in apps:
                 app.stop()
+            feed.close()
     values = [v for _, _, v in records]
     counts = collections.Counter(values)
     duplicates = [v for v, n in counts.items() if n > 1]
