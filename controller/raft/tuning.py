@@ -14,7 +14,7 @@ Why these defaults (figures measured on this project's 2-core machine with pysyn
   wake-ups a second per idle voter. Waiting until the deadline itself keeps each survivor's random timeout
   whole without them. Measured on an idle ``odradek up`` (3 controllers, 3 brokers), 2026-11-28: a
   follower controller's process 44-47 ms of CPU a second and 152 wake-ups before, 27-32 and 78-81 after;
-  commit latency and failover unchanged (``python -m bench.raft_quorum``, docs/OPERATIONS.md).
+  commit latency and failover unchanged (``python -m bench.raft_quorum``; docs/LATENCY.md has the figures).
   ``tick_interval_s`` (10 ms) is the wait when a follower's deadline has passed without an election (it is
   connected to no one).
 - ``leaderFallbackTimeout`` 1 s (pysyncobj: 30 s): a leader that hears from no majority steps down after
