@@ -218,10 +218,10 @@ class _Connection(Connection):
     as they become ready (:meth:`flush`)."""
 
     log = logger
+    _listener: DataListener
 
     def __init__(self, listener: DataListener) -> None:
         super().__init__(listener)
-        self._listener = listener
         self._inbox: bytes | bytearray = b""
         self._at = 0  # where the next frame starts in _inbox
         self._idle: IdleTimer | None = None

@@ -184,12 +184,12 @@ class Connection(asyncio.Protocol):
         self.who = self.host = "?"  # host:port for the logs; the host for the authorizer's match
         self.principal: str | None = ANONYMOUS
         self._closed = False
-        self._loop_listener = listener
+        self._listener = listener  # a subclass names its listener's class (``_listener: DataListener``)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        listener = self._loop_listener
+        listener = self._listener
         peer = transport.get_extra_info("peername") or ("?", 0)
         self.host, self.who = str(peer[0]), f"{peer[0]}:{peer[1]}"
         principal = listener.admit(transport, len(listener.connections), self.log)

@@ -106,10 +106,10 @@ class _Connection(Connection):
     ``connections.max.idle.ms`` closes it."""
 
     log = logger
+    _listener: ReplicationListener
 
     def __init__(self, listener: ReplicationListener) -> None:
         super().__init__(listener)
-        self._listener = listener
         self._inbox = bytearray()
         self._idle: IdleTimer | None = None
         self._session: LeaderSession | None = None
