@@ -50,6 +50,7 @@ UP_TIMEOUT_S = 600.0  # `up -d` creates 6 containers: slow on a loaded machine
 DOWN_TIMEOUT_S = 300.0
 KILL_WAIT_S = 30.0
 POLL_S = 0.5
+FREEZE_ATTEMPTS = 5  # `docker pause` tries when cgroup v1 cannot freeze the container (see ComposeBackend._freeze)
 CONTROLLERS = 3
 BROKERS = 3
 EXTERNAL_HOST = "127.0.0.1"
@@ -369,8 +370,23 @@ class ComposeBackend:
         if self._state(name) is NodeState.KILLED:
             raise BackendError(f"cannot pause {name}: it is not running")
         if name not in self._paused:
-            docker("pause", self.container(name))
+            self._freeze(self.container(name))
             self._paused.add(name)
+
+    @staticmethod
+    def _freeze(container: str) -> None:
+        """``docker pause``, tried again when runc's cgroup v1 freezer gives up: with cgroup v1 the kernel may leave
+        the cgroup FREEZING while the process starts threads or sits in an uninterruptible wait (a slow disk), and
+        runc then thaws it back and fails with "unable to freeze" (runc's own advice: retry or thaw). Nothing was
+        paused then, so trying again is the same action; any other failure, or the last try's, is raised."""
+        for attempt in range(1, FREEZE_ATTEMPTS + 1):
+            try:
+                docker("pause", container)
+                return
+            except BackendError as exc:
+                if "unable to freeze" not in str(exc) or attempt == FREEZE_ATTEMPTS:
+                    raise
+            time.sleep(POLL_S)
 
     def resume(self, node: NodeRef) -> None:
         name = self._name(node)

@@ -262,12 +262,19 @@ def test_prometheus_scrapes_every_node_and_the_console_answers(compose_cluster: 
         up = prometheus_query(compose_cluster, 'up{job=~"odradek-.*"} == 1')
         return len(up) == 6
 
+    def brokers_running() -> str:
+        result = prometheus_query(compose_cluster, "count(kafka_server_kafkaserver_brokerstate == 3)")
+        return str(result[0]["value"][1]) if result else "0"  # count() of no series is an empty result
+
+    # the cluster is shared by the module's tests (kills, pauses, isolations before this one): every broker unfenced
+    # first, then Prometheus's next scrape must see each of them RUNNING (state 3)
+    wait_for(lambda: all(broker_alive(compose_cluster, b) for b in range(3)), WAIT_S, "every broker to be unfenced")
     wait_for(lambda: _quietly(every_target_up), WAIT_S, "Prometheus to scrape all 6 nodes")
     nodes = {r["metric"]["node"] for r in prometheus_query(compose_cluster, 'up{job=~"odradek-.*"}')}
     assert nodes == {f"{role}-{i}" for role in ("controller", "broker") for i in range(3)}
     active = prometheus_query(compose_cluster, "sum(kafka_controller_kafkacontroller_activecontrollercount)")
     assert float(active[0]["value"][1]) == 1
-    assert prometheus_query(compose_cluster, "count(kafka_server_kafkaserver_brokerstate == 3)")[0]["value"][1] == "3"
+    wait_for(lambda: _quietly(brokers_running) == "3", WAIT_S, "Prometheus to scrape broker state 3 from 3 brokers")
     with urllib.request.urlopen(f"{compose_cluster.prometheus_url}/api/v1/rules", timeout=10) as answer:  # noqa: S310
         groups = json.loads(answer.read())["data"]["groups"]
     assert "OdradekUnderReplicatedPartitions" in {rule["name"] for g in groups for rule in g["rules"]}
