@@ -81,8 +81,14 @@ def test_consume_from_latest_and_from_a_timestamp(bootstrap: str) -> None:
         latest.poll(0.2)
     low, high = latest.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
     assert (low, high) == (0, 10)
-    while latest.position([TopicPartition(topic, 0)])[0].offset < 0 and time.monotonic() < deadline:
-        latest.poll(0.2)  # the position is resolved (ListOffsets latest) before the new record is sent
+    # the position must be resolved (ListOffsets latest) before the new record is sent; position() stays unset
+    # until a record is consumed, but the cached high watermark is set once the partition's offsets are known
+    def resolved() -> bool:
+        return latest.get_watermark_offsets(TopicPartition(topic, 0), cached=True)[1] >= 0
+
+    while not resolved() and time.monotonic() < deadline:
+        latest.poll(0.2)
+    assert resolved(), "the consumer did not resolve its position within 30 s"
     producer.produce(topic, value=b"new")
     assert producer.flush(30) == 0
     assert [m.value() for m in consume(latest, 1)] == [b"new"]
