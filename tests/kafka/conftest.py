@@ -19,6 +19,9 @@ KAFKA_BROKER_CONFIG = {
     "offsets.topic.num.partitions": "3",
     "offsets.topic.replication.factor": "1",
     "group.consumer.min.session.timeout.ms": "6000",  # librdkafka's KIP-848 default session is 45 s: allowed
+    # KIP-848 members learn a new assignment from their next heartbeat: 0.5 s apart instead of 5, so a rebalance
+    # of librdkafka's group.protocol=consumer takes seconds, not three heartbeats of 5 s
+    "group.consumer.heartbeat.interval.ms": "500",
 }
 
 
