@@ -40,12 +40,11 @@ import gc
 import logging
 import os
 import re
-import signal
 import sys
-import threading
 from typing import Any
 
 from common.errors import CommandError
+from common.signals import StopSignals
 from controller.cli import parse_address
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
@@ -174,9 +173,7 @@ def run(args: argparse.Namespace) -> int:
 
     raise_open_files_limit()
 
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = StopSignals()  # SIGTERM / SIGINT (common.signals: the handler takes no lock)
     from metadata.configs import ConfigError
 
     try:

@@ -22,13 +22,12 @@ import base64
 import ipaddress
 import logging
 import os
-import signal
 import sys
-import threading
 import uuid
 from typing import Any
 
 from common.errors import CommandError
+from common.signals import StopSignals
 
 SECRET_ENV_VAR = "ODRADEK_CLUSTER_SECRET"
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -220,9 +219,7 @@ def run(args: argparse.Namespace) -> int:
     from controller.quorum import QuorumError
     from controller.server import ControllerServer
 
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = StopSignals()  # SIGTERM / SIGINT (common.signals: the handler takes no lock)
     try:
         server = ControllerServer(options)
         server.start()

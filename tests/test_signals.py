@@ -1,0 +1,71 @@
+"""common.signals: a stop requested by signal is a flag set without any lock, seen by the waiting main thread."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from common.signals import StopSignals
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+
+@pytest.fixture
+def stop() -> Iterator[StopSignals]:
+    """SIGUSR1 stands for SIGTERM here (pytest's own handlers stay); handler and wake-up fd put back after."""
+    signals = StopSignals([signal.SIGUSR1])
+    try:
+        yield signals
+    finally:
+        signals.close()
+
+
+def test_a_signal_marks_the_stop_and_wait_reports_it_without_sleeping(stop: StopSignals) -> None:
+    assert stop.wait(0.0) is False
+    os.kill(os.getpid(), signal.SIGUSR1)
+    deadline = time.monotonic() + 5.0
+    while not stop.requested and time.monotonic() < deadline:  # delivered at the next bytecodes of this thread
+        time.sleep(0.001)
+    assert stop.requested
+    started = time.monotonic()
+    assert stop.wait(30.0) is True
+    assert time.monotonic() - started < 5.0  # requested already: no sleep at all
+
+
+def test_the_handler_runs_while_the_main_thread_holds_a_lock(stop: StopSignals) -> None:
+    """The hazard the module avoids: a handler runs between two bytecodes of the main thread, whatever lock that
+    thread holds then. Here it holds one (as ``Event.wait`` holds its condition's) and the handler completes."""
+    held = threading.Lock()
+    with held:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        deadline = time.monotonic() + 5.0
+        while not stop.requested and time.monotonic() < deadline:
+            pass  # bytecodes, and the handler among them, with the lock held
+        assert stop.requested
+
+
+def test_a_signal_sent_from_another_thread_ends_a_long_wait_at_once(stop: StopSignals) -> None:
+    timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGUSR1))
+    timer.start()
+    try:
+        started = time.monotonic()
+        assert stop.wait(30.0) is True  # woken by the wake-up fd, not by the end of its 30 s
+        assert time.monotonic() - started < 10.0
+    finally:
+        timer.cancel()
+
+
+def test_other_signals_do_not_count_as_a_stop(stop: StopSignals) -> None:
+    previous = signal.signal(signal.SIGUSR2, lambda *_: None)  # a handled signal writes to the wake-up fd too
+    try:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert stop.wait(0.2) is False
+        assert not stop.requested
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
