@@ -55,15 +55,15 @@ Every workload writes to a fresh topic or stream. With ``--repeat N`` the worklo
 systems in a rotated order each round (so a slow drift of the machine does not favour one system), and
 the table shows the median of the rounds with the range. ``server µs/rec`` is the CPU the system's servers
 spent per record while the measured workload's client ran (its burst not counted): every server process
-(``/proc/<pid>/stat``; for Odradek its controllers and brokers), their idle work over the client's whole run
-included, so short runs overstate it. On a machine of two cores the CPU a record costs is what its tail waits
-for; the client's share is measured for Odradek's by ``tests.bench.cpu``. The ratio columns divide by the
-baseline system's figure of the same workload (``--baseline``, default the first system): for throughput above 1
-means faster than the baseline, for latency above 1 means slower. Other helpers may load the machine:
-the load average is printed before and after; only ratios within one run mean anything. The header also gives
-this machine's hop measured first (``bench.rpc_floor``'s tcp-asyncio round trip between two Python processes):
-the machine's speed to wake a process changes by 2× from one session to the next, and the absolute latencies
-with it (docs/LATENCY.md).
+(each process's CPU clock, ``systems.cpu_seconds``; for Odradek its controllers and brokers), their idle work
+over the client's whole run included, so short runs overstate it. On a machine of two cores the CPU a record
+costs is what its tail waits for; the client's share is measured for Odradek's by ``tests.bench.cpu``. The ratio
+columns divide by the baseline system's figure of the same workload (``--baseline``, default the first system):
+for throughput above 1 means faster than the baseline, for latency above 1 means slower. Other helpers may load
+the machine: the load average is printed before and after; only ratios within one run mean anything. The header
+also gives this machine's hop measured first (``bench.rpc_floor``'s tcp-asyncio round trip between two Python
+processes): the machine's speed to wake a process changes by 2× from one session to the next, and the absolute
+latencies with it (docs/LATENCY.md).
 
 Figures only: nothing here asserts a speed (``tests/bench/test_bench_smoke.py`` runs it tiny and checks
 that the output is complete).

@@ -6,7 +6,7 @@
 Starts an ``odradek up`` cluster (``--no-metrics``, as ``tests.bench.compare``), and each round makes a fresh
 1-partition topic and runs ``odradek perf e2e`` on it (one producer and one consumer in one client process,
 records sent one at a time at ``--rate``). Around the run it reads each node's CPU time
-(``/proc/<pid>/stat``: user + system) and the client's (``getrusage`` of the finished child), and prints
+(each process's CPU clock, ``systems.cpu_seconds``) and the client's (``getrusage`` of the finished child), and prints
 the CPU microseconds each process spent per record, by role: the partition's leader, its followers, the
 other brokers, the controllers (the active one is not told apart), the client. A latency figure means
 little without the CPU behind it: on a machine of two cores shared by ten processes, the CPU a record
