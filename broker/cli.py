@@ -44,7 +44,7 @@ import sys
 from typing import Any
 
 from common.errors import CommandError
-from common.signals import StopSignals
+from common.signals import StopSignals, dump_threads_on_sigquit
 from controller.cli import parse_address
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
@@ -174,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
     raise_open_files_limit()
 
     stop = StopSignals()  # SIGTERM / SIGINT (common.signals: the handler takes no lock)
+    dump_threads_on_sigquit()  # kill -QUIT: every thread's stack to stderr (a JVM's thread dump)
     from metadata.configs import ConfigError
 
     try:

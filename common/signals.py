@@ -10,10 +10,15 @@ main thread in the handler's ``Event.set``, inside ``Event.wait``).
 So the handler here only sets a flag, and the main thread waits on ``signal.set_wakeup_fd``'s socket: the
 interpreter's C-level handler writes the signal's number there the moment it arrives (on any thread), which
 ends the main thread's ``select`` at once; no lock is taken on either side.
+
+And a thread dump on request, as a JVM gives for ``kill -3``: :func:`dump_threads_on_sigquit` makes SIGQUIT
+print every thread's stack to the node's stderr (``faulthandler``, in C: no lock, no Python code runs) and
+the node goes on. A node that does not stop, or stops answering, says where each of its threads is.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import select
 import signal
 import socket
@@ -56,3 +61,8 @@ class StopSignals:
         signal.set_wakeup_fd(self._previous_fd)
         self._reader.close()
         self._writer.close()
+
+
+def dump_threads_on_sigquit() -> None:
+    """SIGQUIT (``kill -QUIT <pid>``, Ctrl-\\) prints every thread's stack to stderr; the process goes on."""
+    faulthandler.register(signal.SIGQUIT, all_threads=True, chain=False)

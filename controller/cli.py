@@ -27,7 +27,7 @@ import uuid
 from typing import Any
 
 from common.errors import CommandError
-from common.signals import StopSignals
+from common.signals import StopSignals, dump_threads_on_sigquit
 
 SECRET_ENV_VAR = "ODRADEK_CLUSTER_SECRET"
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -220,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
     from controller.server import ControllerServer
 
     stop = StopSignals()  # SIGTERM / SIGINT (common.signals: the handler takes no lock)
+    dump_threads_on_sigquit()  # kill -QUIT: every thread's stack to stderr (a JVM's thread dump)
     try:
         server = ControllerServer(options)
         server.start()

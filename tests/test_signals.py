@@ -8,10 +8,16 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from common.signals import StopSignals
+from tests.broker.cluster import THREAD_DUMP_S, NodeHung, Proc
+from tests.support.launcher import wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -69,3 +75,51 @@ def test_other_signals_do_not_count_as_a_stop(stop: StopSignals) -> None:
         assert not stop.requested
     finally:
         signal.signal(signal.SIGUSR2, previous)
+
+
+NODE = """
+import signal, sys, threading, time
+from common.signals import dump_threads_on_sigquit
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a node that does not stop
+dump_threads_on_sigquit()
+
+def parked_in_a_named_function():
+    threading.Event().wait(60)
+
+threading.Thread(target=parked_in_a_named_function, name="parked", daemon=True).start()
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _hung_node(tmp_path: Any) -> Proc:
+    proc = Proc("hung-node", 0, "", tmp_path / "hung-node", [sys.executable, "-c", NODE],
+                {**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    proc.start()
+    proc.wait_line("ready", 30.0)
+    return proc
+
+
+def test_sigquit_prints_every_threads_stack_and_the_process_goes_on(tmp_path: Any) -> None:
+    proc = _hung_node(tmp_path)
+    try:
+        proc.signal(signal.SIGQUIT)
+        wait_until(lambda: "parked_in_a_named_function" in proc.errors(), 10.0, "the thread dump on stderr")
+        assert "in <module>" in proc.errors()  # the main thread's stack too, in its sleep
+        assert proc.alive()  # a dump, not an exit (the default action of SIGQUIT would end it with a core)
+    finally:
+        assert proc.popen is not None
+        proc.popen.kill()
+        proc.popen.wait(10)
+
+
+def test_a_node_that_does_not_stop_fails_the_test_with_its_threads_stacks(tmp_path: Any) -> None:
+    proc = _hung_node(tmp_path)
+    started = time.monotonic()
+    with pytest.raises(NodeHung) as failure:
+        proc.stop(timeout_s=0.5)
+    assert time.monotonic() - started < 0.5 + THREAD_DUMP_S + 10.0  # bounded: killed, not waited for
+    assert not proc.alive()
+    message = str(failure.value)
+    assert "hung-node did not stop within 0.5 s of SIGTERM and was killed" in message
+    assert "parked_in_a_named_function" in message  # the stack of the thread it was waiting in

@@ -9,7 +9,8 @@ with progress lines on stderr), prints the bootstrap servers and a short status 
 ``DIR/cluster.json`` and records the address for the client commands (``odradek.bootstrap``). Then it
 watches: a child that exits is reported on stderr. Ctrl-C, SIGTERM or SIGHUP stop every child (brokers
 first, then controllers; SIGTERM, bounded wait, SIGKILL; a second signal during the stop kills them at
-once) and ``up`` exits 0; it exits 1 when the cluster cannot start or when every child has exited. When
+once) and ``up`` exits 0; it exits 1 when the cluster cannot start or when every child has exited. SIGQUIT
+(Ctrl-\\) asks every process for its threads' stacks (each node's in its log, up's on stderr); all go on. When
 ``up`` itself is killed, its children get SIGTERM from the kernel (``children``: PR_SET_PDEATHSIG).
 
 Re-running ``up`` on the same DIR restarts the same cluster with its data: same node ids, ports, data
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import fcntl
 import os
 import secrets
@@ -259,6 +261,13 @@ class Up:
                 child.signal(signal.SIGKILL)
         self.stop_requested = True
 
+    def on_quit(self, signum: int, frame: FrameType | None) -> None:
+        """SIGQUIT (Ctrl-\\): every node prints its threads' stacks to its log and goes on (each runs in a
+        process group of its own, so up passes it on), and up prints its own to stderr."""
+        for child in self.children:
+            child.signal(signal.SIGQUIT)
+        faulthandler.dump_traceback(sys.stderr, all_threads=True)
+
     def start(self) -> None:
         for child in self.children:
             child.start()
@@ -465,6 +474,7 @@ def _run_cluster(up: Up, restart: bool) -> int:
           f"{_count(up.brokers, 'broker')})",
           file=sys.stderr, flush=True)  # fmt: skip
     previous = {s: signal.signal(s, up.on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous[signal.SIGQUIT] = signal.signal(signal.SIGQUIT, up.on_quit)
     try:
         up.start()
         active = up.wait_ready()

@@ -13,7 +13,7 @@ Reusable by any test suite (it depends on nothing in a conftest)::
         cluster.stop_broker(1)                             # SIGTERM, waits (bounded) for exit 0
         cluster.start_broker(1)                            # same node id, port and data dir; waits until ready
         cluster.kill_broker(2)                             # SIGKILL
-    # leaving the block stops every process (SIGTERM, then SIGKILL after a bound)
+    # leaving the block stops every process (SIGTERM; one not gone after a bound fails the test: NodeHung)
 
 ``Cluster(root, brokers=1, controllers=1, broker_config=None, controller_config=None, start=True,
 metrics=False)``:
@@ -46,6 +46,7 @@ wait is bounded; a process that exits early fails the wait with the tail of its 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -64,6 +65,12 @@ from tests.support.launcher import wait_until as wait_for
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 40.0
+THREAD_DUMP_S = 2.0
+STACKS_TAIL_CHARS = 20_000
+
+
+class NodeHung(AssertionError):
+    """A node that SIGTERM did not stop within its bound (``Proc.stop``)."""
 BROKER_DEFAULTS = {"broker.heartbeat.interval.ms": "500"}
 MAX_MESSAGE_BYTES = 128 << 20
 
@@ -142,7 +149,9 @@ class Proc:
         return self.popen.wait(timeout_s)
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
-        """SIGTERM, wait (bounded), then SIGKILL; the exit status (None if it never ran)."""
+        """SIGTERM and wait (bounded); the exit status (None if it never ran). A process still running after
+        ``timeout_s`` is a bug (a node stops in seconds): it is asked for its threads' stacks (SIGQUIT,
+        common.signals), killed, and :class:`NodeHung` names it with the end of its stderr."""
         if self.popen is None:
             return None
         if self.alive():
@@ -150,7 +159,14 @@ class Proc:
             try:
                 return self.popen.wait(timeout_s)
             except subprocess.TimeoutExpired:
+                self.popen.send_signal(signal.SIGQUIT)
+                with contextlib.suppress(subprocess.TimeoutExpired):  # the dump is written at once; no exit on it
+                    self.popen.wait(THREAD_DUMP_S)
                 self.popen.kill()
+                self.popen.wait(10)
+                stderr = self.errors(STACKS_TAIL_CHARS)
+                raise NodeHung(f"{self.name} did not stop within {timeout_s:g} s of SIGTERM and was killed; the "
+                               f"end of its stderr (its threads' stacks last):\n{stderr}") from None
         return self.popen.wait(10)
 
 
@@ -272,10 +288,14 @@ class Cluster:
         self._channels.clear()
         for proc in self.brokers:
             proc.signal(signal.SIGTERM)
-        for proc in self.brokers:
-            proc.stop()
-        for proc in self.controllers:
-            proc.stop()
+        hung: list[str] = []
+        for proc in [*self.brokers, *self.controllers]:
+            try:
+                proc.stop()
+            except NodeHung as exc:  # stop the others first
+                hung.append(str(exc))
+        if hung:
+            raise NodeHung("\n\n".join(hung))
 
     def __enter__(self) -> Cluster:
         return self

@@ -85,6 +85,17 @@ def test_up_topics_produce_consume_stop_and_restart(start_up: Start, env: dict[s
     expected = [line.replace(":", "\t", 1) for line in lines]
     assert consume_all(env, "lines", len(lines)) == expected
 
+    # Ctrl-\ (SIGQUIT): every process prints its threads' stacks, up passes it on, and everything goes on
+    up.send(signal.SIGQUIT)
+    for name in ("controller-0", "broker-0"):
+        log = up.data_dir / "logs" / f"{name}.log"
+        wait_for(lambda log=log: "(most recent call first)" in log.read_text(errors="replace"), 10.0,
+                 f"{name}'s thread dump in its log")  # fmt: skip
+    wait_for(lambda: "in watch" in up.stderr(), 10.0, "up's own stack, waiting in watch()")
+    assert up.alive()
+    assert all(pid_alive(pid) for pid in up.child_pids(doc))
+    assert consume_all(env, "lines", len(lines)) == expected  # still serving
+
     assert up.stop(signal.SIGTERM) == 0  # also checks that every child is gone
     assert "odradek up: stopped" in up.stderr()
 
