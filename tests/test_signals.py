@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from common.signals import StopSignals
-from tests.broker.cluster import THREAD_DUMP_S, NodeHung, Proc
-from tests.support.launcher import wait_until
+from tests.broker.cluster import Proc
+from tests.support.launcher import THREAD_DUMP_S, ControllerProcess, NodeHung, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,3 +123,16 @@ def test_a_node_that_does_not_stop_fails_the_test_with_its_threads_stacks(tmp_pa
     message = str(failure.value)
     assert "hung-node did not stop within 0.5 s of SIGTERM and was killed" in message
     assert "parked_in_a_named_function" in message  # the stack of the thread it was waiting in
+
+
+def test_a_controller_of_the_launcher_that_does_not_stop_fails_with_its_stacks(tmp_path: Any) -> None:
+    """tests.support.launcher's ControllerProcess goes through the same check (a stand-in child here)."""
+    node = ControllerProcess(7, "127.0.0.1:1", "127.0.0.1:2", "7@127.0.0.1:2", str(tmp_path / "c7"))
+    node.argv = [sys.executable, "-c", NODE.replace('print("ready"', 'print("listening on x"')]
+    node.env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    node.start(30.0)
+    with pytest.raises(NodeHung) as failure:
+        node.stop(timeout_s=0.5)
+    assert not node.alive()
+    assert "controller 7 did not stop within 0.5 s of SIGTERM and was killed" in str(failure.value)
+    assert "parked_in_a_named_function" in str(failure.value)

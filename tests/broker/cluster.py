@@ -46,7 +46,6 @@ wait is bounded; a process that exits early fails the wait with the tail of its 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -61,16 +60,11 @@ import grpc
 
 from controller.ports import free_ports
 from proto import broker_pb2, broker_pb2_grpc, controller_pb2, controller_pb2_grpc
+from tests.support.launcher import STACKS_TAIL_CHARS, NodeHung, stop_or_fail
 from tests.support.launcher import wait_until as wait_for
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 40.0
-THREAD_DUMP_S = 2.0
-STACKS_TAIL_CHARS = 20_000
-
-
-class NodeHung(AssertionError):
-    """A node that SIGTERM did not stop within its bound (``Proc.stop``)."""
 BROKER_DEFAULTS = {"broker.heartbeat.interval.ms": "500"}
 MAX_MESSAGE_BYTES = 128 << 20
 
@@ -150,23 +144,12 @@ class Proc:
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
         """SIGTERM and wait (bounded); the exit status (None if it never ran). A process still running after
-        ``timeout_s`` is a bug (a node stops in seconds): it is asked for its threads' stacks (SIGQUIT,
-        common.signals), killed, and :class:`NodeHung` names it with the end of its stderr."""
+        ``timeout_s`` is a bug: it is asked for its threads' stacks, killed, and ``NodeHung`` names it with the
+        end of its stderr (``tests.support.launcher.stop_or_fail``)."""
         if self.popen is None:
             return None
         if self.alive():
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                return self.popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.popen.send_signal(signal.SIGQUIT)
-                with contextlib.suppress(subprocess.TimeoutExpired):  # the dump is written at once; no exit on it
-                    self.popen.wait(THREAD_DUMP_S)
-                self.popen.kill()
-                self.popen.wait(10)
-                stderr = self.errors(STACKS_TAIL_CHARS)
-                raise NodeHung(f"{self.name} did not stop within {timeout_s:g} s of SIGTERM and was killed; the "
-                               f"end of its stderr (its threads' stacks last):\n{stderr}") from None
+            return stop_or_fail(self.popen, self.name, timeout_s, lambda: self.errors(STACKS_TAIL_CHARS))
         return self.popen.wait(10)
 
 

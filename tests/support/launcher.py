@@ -26,6 +26,32 @@ from controller.ports import free_ports
 T = TypeVar("T")
 
 START_TIMEOUT_S = 30.0
+THREAD_DUMP_S = 2.0  # a node writes its threads' stacks at once on SIGQUIT (common.signals)
+STACKS_TAIL_CHARS = 20_000
+
+
+class NodeHung(AssertionError):
+    """A node that SIGTERM did not stop within its bound (:func:`stop_or_fail`)."""
+
+
+def stop_or_fail(popen: subprocess.Popen[bytes], name: str, timeout_s: float, stderr: Callable[[], str]) -> int:
+    """SIGTERM ``popen`` and wait up to ``timeout_s``; its exit status. A node still running then is a bug (a
+    node stops in seconds, and a harness that kills it quietly hides the hang): it is asked for its threads'
+    stacks (SIGQUIT, ``common.signals.dump_threads_on_sigquit``), killed, and :class:`NodeHung` raised with
+    the end of ``stderr()``, where the stacks are."""
+    if popen.poll() is None:
+        popen.send_signal(signal.SIGTERM)
+    try:
+        return popen.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        popen.send_signal(signal.SIGQUIT)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # it does not exit on SIGQUIT: this is the dump's time
+            popen.wait(THREAD_DUMP_S)
+        popen.kill()
+        popen.wait(10)
+        tail = stderr()[-STACKS_TAIL_CHARS:]
+        raise NodeHung(f"{name} did not stop within {timeout_s:g} s of SIGTERM and was killed; the end of its "
+                       f"stderr (its threads' stacks last):\n{tail}") from None
 
 
 class ControllerProcess:
@@ -83,14 +109,15 @@ class ControllerProcess:
         self._reap()
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
-        """SIGTERM and wait (SIGKILL after ``timeout_s``); returns the exit status."""
+        """SIGTERM and wait; returns the exit status. Still running after ``timeout_s``: killed, and
+        :class:`NodeHung` raised with its threads' stacks (:func:`stop_or_fail`)."""
         if self.alive():
             assert self.proc is not None
-            self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+                stop_or_fail(self.proc, f"controller {self.node_id}", timeout_s, lambda: self.stderr_tail(400))
+            except NodeHung:
+                self._reap()
+                raise
         return self._reap()
 
     def _reap(self) -> int | None:
@@ -154,8 +181,14 @@ class LocalQuorum:
         return self
 
     def close(self) -> None:
+        hung = []
         for node in self.nodes.values():
-            node.stop()
+            try:
+                node.stop()
+            except NodeHung as exc:  # stop the others first
+                hung.append(str(exc))
+        if hung:
+            raise NodeHung("\n\n".join(hung))
 
     def __enter__(self) -> LocalQuorum:
         return self
