@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import pytest
 
 from common.signals import StopSignals
 from tests.broker.cluster import Proc
-from tests.support.launcher import THREAD_DUMP_S, ControllerProcess, NodeHung, wait_until
+from tests.support.launcher import THREAD_DUMP_S, ControllerProcess, NodeHung, stop_every, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,3 +136,19 @@ def test_a_controller_of_the_launcher_that_does_not_stop_fails_with_its_stacks(t
     assert not node.alive()
     assert "controller 7 did not stop within 0.5 s of SIGTERM and was killed" in str(failure.value)
     assert "parked_in_a_named_function" in str(failure.value)
+
+
+def test_stop_every_stops_the_rest_after_a_hung_node_then_names_every_hung_one() -> None:
+    called: list[str] = []
+
+    def hung(name: str) -> Callable[[], None]:
+        def stop() -> None:
+            called.append(name)
+            raise NodeHung(f"{name} did not stop")
+
+        return stop
+
+    with pytest.raises(NodeHung) as failure:
+        stop_every([hung("broker-0"), lambda: called.append("broker-1"), hung("controller-0")])
+    assert called == ["broker-0", "broker-1", "controller-0"]
+    assert str(failure.value) == "broker-0 did not stop\n\ncontroller-0 did not stop"

@@ -60,7 +60,7 @@ import grpc
 
 from controller.ports import free_ports
 from proto import broker_pb2, broker_pb2_grpc, controller_pb2, controller_pb2_grpc
-from tests.support.launcher import STACKS_TAIL_CHARS, NodeHung, stop_or_fail
+from tests.support.launcher import STACKS_TAIL_CHARS, stop_every, stop_or_fail
 from tests.support.launcher import wait_until as wait_for
 
 READY_TIMEOUT_S = 60.0
@@ -271,14 +271,7 @@ class Cluster:
         self._channels.clear()
         for proc in self.brokers:
             proc.signal(signal.SIGTERM)
-        hung: list[str] = []
-        for proc in [*self.brokers, *self.controllers]:
-            try:
-                proc.stop()
-            except NodeHung as exc:  # stop the others first
-                hung.append(str(exc))
-        if hung:
-            raise NodeHung("\n\n".join(hung))
+        stop_every([proc.stop for proc in [*self.brokers, *self.controllers]])  # NodeHung after all stopped
 
     def __enter__(self) -> Cluster:
         return self

@@ -54,6 +54,18 @@ def stop_or_fail(popen: subprocess.Popen[bytes], name: str, timeout_s: float, st
                        f"stderr (its threads' stacks last):\n{tail}") from None
 
 
+def stop_every(stops: Sequence[Callable[[], object]]) -> None:
+    """Call every stop in turn, even after one raised :class:`NodeHung`; then one NodeHung naming them all."""
+    hung = []
+    for stop in stops:
+        try:
+            stop()
+        except NodeHung as exc:
+            hung.append(str(exc))
+    if hung:
+        raise NodeHung("\n\n".join(hung))
+
+
 class ControllerProcess:
     """One ``odradek controller`` child. Its stderr goes to ``<data_dir>/controller.stderr``.
 
@@ -181,14 +193,7 @@ class LocalQuorum:
         return self
 
     def close(self) -> None:
-        hung = []
-        for node in self.nodes.values():
-            try:
-                node.stop()
-            except NodeHung as exc:  # stop the others first
-                hung.append(str(exc))
-        if hung:
-            raise NodeHung("\n\n".join(hung))
+        stop_every([node.stop for node in self.nodes.values()])
 
     def __enter__(self) -> LocalQuorum:
         return self
