@@ -1,4 +1,6 @@
-"""common.signals: a stop requested by signal is a flag set without any lock, seen by the waiting main thread."""
+"""common.signals: a stop requested by signal is a flag set without any lock, seen by the waiting main thread;
+SIGQUIT prints every thread's stack and the process goes on; and the test harnesses' stop check
+(tests.support.launcher.stop_or_fail): a node still running after SIGTERM's bound fails with its stacks."""
 
 from __future__ import annotations
 
