@@ -109,7 +109,9 @@ build_base() {  # [IMAGE INCLUDE]: the base image (default $BASE_IMAGE with $INC
     local mirror rootfs
     mirror="$(debian_mirror)"
     rootfs="$(mktemp -d /tmp/odradek-rootfs.XXXXXX)"
-    trap 'rm -rf "${rootfs:-}"; trap - RETURN' RETURN  # once: not again when the caller returns
+    trap 'rm -rf "${rootfs:-}"; trap - RETURN TERM INT' RETURN  # once: not again when the caller returns
+    # stopped (the test suite stops a build still running at its end): no half-made root file system left
+    trap 'rm -rf --one-file-system "$rootfs" "$rootfs.log"; exit 143' TERM INT
     echo "build.sh: debootstrap $SUITE from $mirror into $rootfs" >&2
     debootstrap --variant=minbase --include="$include" "$SUITE" "$rootfs" "$mirror" \
         >"$rootfs.log" 2>&1 || { tail -n 20 "$rootfs.log" >&2; die "debootstrap failed (log: $rootfs.log)"; }

@@ -4,6 +4,11 @@
 Skips (with the reason) where no Docker Engine or no compose command answers. The images are built by
 ``deploy/build.sh --if-stale`` (offline; a no-op when ``odradek:latest`` was built from the current
 sources). Every container and volume is removed at the end (``down -v``), whatever happened.
+
+On a fresh machine that build takes minutes (two debootstrapped base images, the wheels, two images: ~240 s
+here), so it begins in the background, at the lowest CPU and I/O priority, as soon as collection has selected
+a test of this directory (``tests.support.background``); the tests that run first hide its time, and the
+fixtures wait for it. A build still running when the session ends is stopped.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import pytest
 
 from chaos.backends.compose import ComposeBackend, compose_command
 from odradek.security.config import load_properties
+from tests.support.background import BackgroundCommand
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT_S = 1200.0  # a cold build (debootstrap, wheels, image) on a loaded machine
@@ -45,14 +51,35 @@ def docker_unavailable() -> str | None:
     return None
 
 
+_image_build: BackgroundCommand | None = None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The head start: the build begins when a test of this directory is selected and a Docker Engine answers."""
+    global _image_build
+    here = Path(__file__).parent
+    if _image_build is None and any(here in item.path.parents for item in session.items) \
+            and docker_unavailable() is None:
+        _image_build = start_image_build()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _image_build is not None:
+        _image_build.close()
+
+
+def start_image_build() -> BackgroundCommand:
+    return BackgroundCommand([str(ROOT / "deploy" / "build.sh"), "--if-stale"], BUILD_TIMEOUT_S,
+                             env={**os.environ, "PYTHON": sys.executable})
+
+
 def build_images() -> None:
-    done = subprocess.run(
-        [str(ROOT / "deploy" / "build.sh"), "--if-stale"],
-        capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False,
-        env={**os.environ, "PYTHON": sys.executable},
-    )  # fmt: skip
-    print(done.stderr, end="")
-    assert done.returncode == 0, f"deploy/build.sh failed ({done.returncode}):\n{done.stderr[-4000:]}"
+    """The images exist and are built from the current sources: waits for the build begun at collection (begins
+    it if none was)."""
+    global _image_build
+    if _image_build is None:
+        _image_build = start_image_build()
+    print(_image_build.wait(), end="")
 
 
 @pytest.fixture(scope="module")
