@@ -38,6 +38,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BASE_IMAGE="${ODRADEK_BASE_IMAGE:-odradek-base:bookworm}"
 IMAGE="${ODRADEK_IMAGE:-odradek:latest}"
 SUITE=bookworm
+APT_LOCK=/tmp/odradek-apt.lock  # tests/support/apt.py's APT_LOCK
 STAGE="$ROOT/deploy/build/context"
 REBUILD_BASE=0
 IF_STALE=0
@@ -102,9 +103,13 @@ build_base() {  # [IMAGE INCLUDE]: the base image (default $BASE_IMAGE with $INC
     if ! command -v debootstrap >/dev/null; then
         [[ "$(id -u)" == 0 ]] || die "debootstrap is missing and installing it needs root (apt-get install debootstrap)"
         echo "build.sh: installing debootstrap" >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null \
-            || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null; } \
-            || die "apt-get install debootstrap failed"
+        # one install at a time with the test suite's (tests/support/apt.py takes the same lock): apt-get
+        # update fails at once, without waiting, while another apt-get holds apt's own lock
+        (
+            flock -w 900 8 || die "another install held $APT_LOCK for 900 s"
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null \
+                || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null; }
+        ) 8>>"$APT_LOCK" || die "apt-get install debootstrap failed"
     fi
     local mirror rootfs
     mirror="$(debian_mirror)"

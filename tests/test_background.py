@@ -1,15 +1,18 @@
 """tests.support.background.BackgroundCommand, as the docker tests use it to build their images early: the
 output of a command that succeeded, a failure and a command past its time raised with the end of its output,
-the low priority it runs at, and a stop that ends the command's children too."""
+the low priority it runs at, and a stop that ends the command's children too. And tests.support.apt's lock,
+which keeps that build's install and the tests' own apart."""
 
 from __future__ import annotations
 
+import fcntl
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.apt import APT_LOCK, apt_install
 from tests.support.background import BackgroundCommand, BackgroundFailed
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="nice, ionice and process groups of Linux")
@@ -70,3 +73,12 @@ def test_a_command_past_its_time_is_stopped_with_its_children_and_raised() -> No
         assert not pid_alive(child), "the command's child outlived the stop"
     finally:
         command.close()
+
+
+def test_an_install_waits_for_the_one_holding_the_lock_and_says_so_at_its_bound() -> None:
+    with open(APT_LOCK, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        started = time.monotonic()
+        why = apt_install(["no-such-package-is-installed"], timeout_s=0.5)
+        assert time.monotonic() - started >= 0.5
+    assert why == f"another install held {APT_LOCK} for 0 s"

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.cli.helpers import UpProcess, cli_env, free_base_port, odradek
+from tests.support.apt import apt_install
 
 PACKAGES = {"nats-server": "nats-server", "redis-server": "redis-server"}
 START_TIMEOUT_S = 60.0
@@ -71,12 +72,7 @@ def install_packages(names: Sequence[str]) -> str:
     missing = [PACKAGES[n] for n in names if find_binary(n)[0] is None]
     if not missing:
         return ""
-    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False,
-                              env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})  # fmt: skip
-        if done.returncode != 0:
-            return f"{' '.join(command)} failed: {done.stderr.strip()[-300:]}"
-    return ""
+    return apt_install(missing) or ""
 
 
 def wait_until(condition: Any, timeout_s: float, what: str) -> None:

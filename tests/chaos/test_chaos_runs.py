@@ -33,6 +33,7 @@ from chaos.history import History
 from chaos.runner import RunConfig, RunResult, cluster_configs, run
 from odradek import Admin, NewTopic
 from proto import broker_pb2, broker_pb2_grpc
+from tests.support.apt import apt_install
 from tests.support.launcher import wait_until
 
 pytestmark = pytest.mark.chaos
@@ -45,9 +46,8 @@ def ensure_iptables() -> None:
     """Install iptables with apt-get when it is missing (CI runs as root on a machine that may lack it)."""
     if shutil.which("iptables") is not None:
         return
-    for argv in (["apt-get", "update"], ["apt-get", "install", "-y", "iptables"]):
-        subprocess.run(argv, check=True, capture_output=True, timeout=600,
-                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})  # fmt: skip
+    why = apt_install(["iptables"])
+    assert why is None, f"the partition runs need iptables: {why}"
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ tests skip, saying why, only when apt cannot install them. Screenshots and page 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import urllib.request
@@ -21,13 +20,13 @@ import pytest
 
 from controller.ports import free_ports
 from tests.broker.cluster import Cluster
+from tests.support.apt import apt_install
 from tests.support.launcher import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "console"
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-APT_TIMEOUT_S = 900
 START_TIMEOUT_S = 60.0
 DRIVER_COMMAND_TIMEOUT_S = 90
 
@@ -36,14 +35,9 @@ def install_chromium() -> str | None:
     """Install Debian's chromium and chromium-driver when missing; None when they are there, else why not."""
     if os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER):
         return None
-    if shutil.which("apt-get") is None:
-        return "no apt-get to install Debian's chromium and chromium-driver"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "chromium", "chromium-driver"]):
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=APT_TIMEOUT_S, env=env, check=False)
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            return f"`{' '.join(argv)}` failed ({done.returncode}): {last}"
+    why = apt_install(["chromium", "chromium-driver"])
+    if why is not None:
+        return why
     return None if os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER) else "chromium installed nowhere"
 
 

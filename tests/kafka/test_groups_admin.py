@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
 
 from tests.kafka.helpers import WAIT_S, consume, create_topic
+from tests.support.apt import apt_install
 
 pytestmark = pytest.mark.slow
 
@@ -171,12 +172,10 @@ def test_aiokafka_produce_and_consume(bootstrap: str) -> None:
 def kcat() -> str:
     found = shutil.which("kcat")
     if found is None:
-        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, timeout=300, check=False)
-        result = subprocess.run(["apt-get", "install", "-y", "-qq", "kcat"], capture_output=True, timeout=300,
-                                check=False)  # fmt: skip
+        why = apt_install(["kcat"])
         found = shutil.which("kcat")
         if found is None:
-            pytest.skip(f"kcat is not installed and apt-get cannot install it: {result.stderr.decode()[-300:]}")
+            pytest.skip(f"kcat is not installed and apt-get cannot install it: {why or 'installed nowhere'}")
     return found
 
 
