@@ -63,7 +63,8 @@ for throughput above 1 means faster than the baseline, for latency above 1 means
 the machine: the load average is printed before and after; only ratios within one run mean anything. The header
 also gives this machine's hop measured first (``bench.rpc_floor``'s tcp-asyncio round trip between two Python
 processes): the machine's speed to wake a process changes by 2× from one session to the next, and the absolute
-latencies with it (docs/LATENCY.md).
+latencies with it (docs/LATENCY.md); and the share of the run's CPU time the hypervisor stole (``/proc/stat``'s
+steal), which rose and fell within single sessions of this project's slow machines.
 
 Figures only: nothing here asserts a speed (``tests/bench/test_bench_smoke.py`` runs it tiny and checks
 that the output is complete).
@@ -439,6 +440,25 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """(all, stolen) CPU ticks since boot from /proc/stat (Linux), or None: steal is the time a virtual
+    machine's CPUs were ready to run but the hypervisor ran something else."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    if fields[0] != "cpu" or len(fields) < 9:
+        return None
+    ticks = [int(f) for f in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return sum(ticks), ticks[7]
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return (after[1] - before[1]) / (after[0] - before[0])
+
+
 def machine_hop() -> dict[str, float]:
     """One message round trip between two Python processes here (``bench.rpc_floor``'s tcp-asyncio): the floor
     under every hop of a record, and what moves most between sessions on a shared machine (docs/LATENCY.md)."""
@@ -518,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(ROOT)  # the workers run as python -m tests.bench.peers
     directory = tempfile.mkdtemp(prefix="odradek-compare-")
     run = Run(Path(directory), e2e_consumer_process=args.e2e_consumer_process)
-    started_at, load_before = time.strftime("%Y-%m-%d %H:%M:%S %Z"), load()
+    started_at, load_before, ticks_before = time.strftime("%Y-%m-%d %H:%M:%S %Z"), load(), cpu_ticks()
     hop = machine_hop()
     try:
         start_servers(run, systems, args)
@@ -527,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
         results = run_rounds(run, systems, workloads, args.repeat)
     finally:
         run.stop()
-    load_after = load()
+    load_after, steal = load(), steal_share(ticks_before, cpu_ticks())
     print(f"Comparison of {started_at}: {os.cpu_count()} cores, load average {load_before} before, {load_after} "
           f"after; {args.repeat} round(s){', medians (min-max)' if args.repeat > 1 else ''}; "
           f"latencies in ms; ratios against {baseline}"
@@ -537,11 +557,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"This machine's hop (python -m bench.rpc_floor's tcp-asyncio, {HOP_ROUND_TRIPS} round trips 1 ms apart, "
           f"before the servers started): p50 {hop['p50_ms']:.3f} ms, p99 {hop['p99_ms']:.3f} ms; absolute latencies "
           "compare across runs only as far as this does.")  # fmt: skip
+    if steal is not None:
+        print(f"CPU time stolen by the hypervisor during the run (/proc/stat): {steal:.1%} (0 on an idle host; "
+              "above a few percent, every latency here waited for a CPU that was not given)")  # fmt: skip
     for system, why in run.skipped.items():
         print(f"{system}: {why}")
     print(render(results, systems, workloads, baseline, args.repeat))
     if args.json_out:
         doc = {"started": started_at, "load_before": load_before, "load_after": load_after, "machine_hop": hop,
+               "steal": steal,
                "repeat": args.repeat,
                "scale": args.scale, "baseline": baseline, "skipped": run.skipped,
                "results": [{"workload": r.workload, "system": r.system, "round": r.round, "doc": r.doc,
