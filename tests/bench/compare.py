@@ -56,8 +56,11 @@ systems in a rotated order each round (so a slow drift of the machine does not f
 the table shows the median of the rounds with the range. ``server µs/rec`` is the CPU the system's servers
 spent per record while the measured workload's client ran (its burst not counted): every server process
 (each process's CPU clock, ``systems.cpu_seconds``; for Odradek its controllers and brokers), their idle work
-over the client's whole run included, so short runs overstate it. On a machine of two cores the CPU a record
-costs is what its tail waits for; the client's share is measured for Odradek's by ``tests.bench.cpu``. The ratio
+over the client's whole run included, so short runs overstate it. ``client µs/rec`` is the CPU the client
+process spent per record beyond its start-up: its whole run's CPU less that of a second run of the same client
+with 1/50 of the records, right after (``metered``): the peers' Python clients and Odradek's, the same way. On a
+machine of two cores the CPU a record costs, servers' and client's, is what its tail waits for (each process of
+an Odradek cluster apart: ``tests.bench.cpu``). The ratio
 columns divide by the baseline system's figure of the same workload (``--baseline``, default the first system):
 for throughput above 1 means faster than the baseline, for latency above 1 means slower. Other helpers may load
 the machine: the load average is printed before and after; only ratios within one run mean anything. The header
@@ -90,6 +93,7 @@ from tests.bench.systems import (
     NatsCluster,
     OdradekCluster,
     RedisServer,
+    children_cpu_seconds,
     cpu_seconds,
     find_binary,
     install_packages,
@@ -99,6 +103,7 @@ from tests.bench.systems import (
 SYSTEMS = ("odradek-rf3", "odradek-rf1", "odradek-kafka-rf3", "odradek-kafka-rf1", "nats-r3", "nats-r1", "redis")
 ROOT = Path(__file__).resolve().parents[2]
 HOP_ROUND_TRIPS = 1000  # machine_hop(): about 1.5 s with its warm-up
+STARTUP_SHARE = 50  # metered(): the client's start-up measured by a run of 1/50 of the records
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,30 +253,60 @@ def run_odradek(run: Run, system: str, w: Workload, round_no: int) -> dict[str, 
                              str(w.record_size), "--acks", "all"], timeout_s)  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"the burst failed: {done.stderr.decode().strip()[-500:]}")
-    if w.kind == "produce":
-        args = ["produce", "--topic", topic, "--num-records", str(w.records), "--record-size", str(w.record_size),
-                "--throughput", str(w.rate), "--acks", "all"]  # fmt: skip
-    elif w.kind == "consume":
-        args = ["consume", "--topic", topic, "--num-records", str(w.records)]
-    else:
-        args = ["e2e", "--topic", topic, "--num-records", str(w.records), "--rate", str(w.rate), "--record-size",
-                str(w.record_size), "--acks", "all"]  # fmt: skip
-        if run.e2e_consumer_process:
-            args.append("--consumer-process")
-    done, cpu = metered(cluster.pids(), w.records, lambda: cluster.perf(args, timeout_s))
+
+    if w.kind == "produce":  # metered's short run writes apart: the consume workload reads this topic
+        cluster.create_topic(startup_topic(topic), 1, rf)
+
+    def client(records: int, short: bool) -> subprocess.CompletedProcess[bytes]:
+        if w.kind == "produce":
+            into = startup_topic(topic) if short else topic
+            args = ["produce", "--topic", into, "--num-records", str(records), "--record-size", str(w.record_size),
+                    "--throughput", str(w.rate), "--acks", "all"]  # fmt: skip
+        elif w.kind == "consume":
+            args = ["consume", "--topic", topic, "--num-records", str(records)]
+        else:
+            args = ["e2e", "--topic", topic, "--num-records", str(records), "--rate", str(w.rate), "--record-size",
+                    str(w.record_size), "--acks", "all"]  # fmt: skip
+            if run.e2e_consumer_process:
+                args.append("--consumer-process")
+        return cluster.perf(args, timeout_s)
+
+    done, cpu = metered(cluster.pids(), w.records, client)
     if done.returncode != 0:
         raise RuntimeError(done.stderr.decode().strip()[-500:] or f"exit status {done.returncode}")
     return {**last_json(done.stdout), "cpu": cpu}
 
 
+def startup_topic(topic: str) -> str:
+    """Where a produce workload's short run (``metered``) writes: not the topic its consume workload reads."""
+    return f"{topic}-startup"
+
+
 def metered(
-    servers: Sequence[int], records: int, run: Callable[[], subprocess.CompletedProcess[bytes]]
+    servers: Sequence[int], records: int, client: Callable[[int, bool], subprocess.CompletedProcess[bytes]]
 ) -> tuple[subprocess.CompletedProcess[bytes], dict[str, float]]:
-    """``run()`` (one client process, waited for), and the CPU the system's servers (every process of
-    ``servers``) spent while it ran, per record, in microseconds: ``{"server_us": ...}``."""
-    before = sum(cpu_seconds(pid) for pid in servers)
-    done = run()
-    return done, {"server_us": (sum(cpu_seconds(pid) for pid in servers) - before) * 1e6 / max(1, records)}
+    """``client(records, False)`` (one client process, waited for), and the CPU per record, in microseconds, that the
+    system's servers (every process of ``servers``) spent while it ran, ``server_us``, and that the client
+    spent beyond its start-up, ``client_us``: its CPU (``getrusage`` of the finished child, its own children
+    included) less that of a second, short run of the same client (``client(records // STARTUP_SHARE, True)``,
+    after the measured one, not metered on the servers), divided by the records the long run had more. The
+    start-up (imports, connections, a warm-up record) costs an Odradek client ~0.7 s of CPU here, ~140 µs a
+    record of a 5,000-record run; what a client spends per record while it runs is what the servers' CPU
+    competes with. No ``client_us`` for a run too short to have a short run."""
+    before, client_before = sum(cpu_seconds(pid) for pid in servers), children_cpu_seconds()
+    done = client(records, False)
+    client_cpu = children_cpu_seconds() - client_before
+    cpu = {"server_us": (sum(cpu_seconds(pid) for pid in servers) - before) * 1e6 / max(1, records)}
+    short = records // STARTUP_SHARE
+    if done.returncode != 0 or short < 1:
+        return done, cpu
+    client_before = children_cpu_seconds()
+    started = client(short, True)
+    if started.returncode != 0:
+        raise RuntimeError(f"the short run of {short} records (the client's start-up) failed: "
+                           f"{started.stderr.decode().strip()[-500:] or started.returncode}")  # fmt: skip
+    cpu["client_us"] = (client_cpu - (children_cpu_seconds() - client_before)) * 1e6 / (records - short)
+    return done, cpu
 
 
 def run_kafka(run: Run, system: str, w: Workload, round_no: int) -> dict[str, Any]:
@@ -281,6 +316,8 @@ def run_kafka(run: Run, system: str, w: Workload, round_no: int) -> dict[str, An
     topic = topic_name(w, system, round_no)
     if w.kind != "consume":
         cluster.create_topic(topic, 1, replication_factor(system))
+    if w.kind == "produce":  # metered's short run writes apart: the consume workload reads this topic
+        cluster.create_topic(startup_topic(topic), 1, replication_factor(system))
     return run_peer_workload("kafka", cluster.kafka_bootstrap, topic, w, replication_factor(system), cluster.pids())
 
 
@@ -304,8 +341,12 @@ def run_peer_workload(
         done = peer_workload(kind, "produce", servers, stream, w.burst, w.record_size, -1, replicas, timeout_s)
         if done.returncode != 0:
             raise RuntimeError(f"the burst failed: {done.stderr.decode().strip()[-500:]}")
-    done, cpu = metered(pids, w.records, lambda: peer_workload(kind, w.kind, servers, stream, w.records,
-                                                              w.record_size, w.rate, replicas, timeout_s))  # fmt: skip
+
+    def client(records: int, short: bool) -> subprocess.CompletedProcess[bytes]:
+        into = startup_topic(stream) if short and w.kind == "produce" else stream  # NATS, Redis: made on first use
+        return peer_workload(kind, w.kind, servers, into, records, w.record_size, w.rate, replicas, timeout_s)
+
+    done, cpu = metered(pids, w.records, client)
     if done.returncode != 0:
         raise RuntimeError(done.stderr.decode().strip()[-500:] or f"exit status {done.returncode}")
     return {**last_json(done.stdout), "cpu": cpu}
@@ -353,6 +394,7 @@ FIGURES = (  # (column, path in the document)
     ("e2e p99", ("e2e", "p99")),
     ("e2e p999", ("e2e", "p999")),
     ("server µs/rec", ("cpu", "server_us")),
+    ("client µs/rec", ("cpu", "client_us")),
 )
 
 
@@ -363,7 +405,7 @@ def figure(doc: dict[str, Any], kind: str, path: tuple[str, ...]) -> float | Non
         return float(doc[path[0]])
     group, name = path
     if group == "cpu":
-        return float(doc["cpu"][name]) if "cpu" in doc else None
+        return float(doc["cpu"][name]) if name in doc.get("cpu", {}) else None
     if group == "ack":
         source = doc.get("latency_ms") if kind == "produce" else doc.get("ack_latency_ms") if kind == "e2e" else None
     else:
@@ -390,7 +432,7 @@ def fmt(value: float, column: str) -> str:
         return f"{value:,.0f}"
     if column == "MB/s":
         return f"{value:.2f}"
-    if column == "server µs/rec":
+    if column in ("server µs/rec", "client µs/rec"):
         return f"{value:,.0f}"
     return f"{value:.2f}"
 
