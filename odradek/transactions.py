@@ -24,7 +24,8 @@ States and what moves them (one lock; the application's thread calls, the sender
 * C3. ``send_offsets_to_transaction`` adds the group's offsets partition (AddOffsetsToTxn), then commits the
   offsets to the group's coordinator as part of the transaction (TxnOffsetCommit).
 * C4. ``commit_transaction`` first flushes: every record is written or has failed. If one failed, the commit
-  raises its error and the transaction must be aborted. Then EndTxn(commit), retried while the coordinator
+  raises its error and the transaction must be aborted; if it failed with a fatal error (the producer fenced),
+  the commit raises that (C6) and nothing is committed. Then EndTxn(commit), retried while the coordinator
   answers CONCURRENT_TRANSACTIONS or moves. A transaction to which nothing was added ends locally.
 * C5. ``abort_transaction`` drops the records not sent yet (their futures fail with TransactionAbortedError),
   waits for those in flight, then EndTxn(abort). If the producer's sequence numbers need a new epoch
@@ -254,13 +255,14 @@ class TransactionManager:
         flush()
         self._wait_for_adds()
         with self._lock:
-            if self._state is State.ABORTABLE:
-                assert self._error is not None
-                raise self._error
+            # a record that failed during the flush made the transaction ABORTABLE, or the producer FATAL (C6:
+            # fenced): either way it must not be committed without that record
+            self._check_in_transaction("commit_transaction()")
             started = self._started
         if started:
             self._end(commit=True)
         with self._lock:
+            self._check_not_fatal()
             self._state = State.READY
 
     def abort_transaction(self, abort_unsent: Callable[[], None], flush: Callable[[], None]) -> None:

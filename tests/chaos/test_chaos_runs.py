@@ -40,6 +40,9 @@ pytestmark = pytest.mark.chaos
 
 TIMING = Timing(quiet_s=(2.0, 4.0), hold_s=(4.0, 7.0), pause_s=3.0, recover_timeout_s=60.0)
 DURATION_S = 20.0
+# longer than the controller takes to fence a broker cut off from it (broker.session.timeout.ms, set by the runner,
+# and the election after): only then do its partitions and transaction coordinators move while it is cut off
+ISOLATION_HOLD_S = (8.0, 10.0)
 
 
 def ensure_iptables() -> None:
@@ -67,11 +70,11 @@ def _our_rules() -> list[str]:
 
 def chaos_run(
     backend: Backend, tmp_path: Path, kind: str, seed: int, group_members: int = 0, *, duration_s: float = DURATION_S,
-    txn_producers: int = 0, rc_readers: int = 0,
+    txn_producers: int = 0, rc_readers: int = 0, timing: Timing = TIMING,
 ) -> RunResult:  # fmt: skip
     kinds = tuple(kind.split(","))
     config = RunConfig(duration_s=duration_s, seed=seed, faults=kinds, out_dir=tmp_path / kinds[0],
-                       topic=f"chaos-{kinds[0]}-{seed}", partitions=4, rate=100.0, timing=TIMING,
+                       topic=f"chaos-{kinds[0]}-{seed}", partitions=4, rate=100.0, timing=timing,
                        group_members=group_members, drain_timeout_s=60.0, txn_producers=txn_producers,
                        rc_readers=rc_readers)  # fmt: skip
     lines: list[str] = []
@@ -239,6 +242,23 @@ def test_transactions_under_kills_and_pause(backend: LocalBackend, tmp_path: Pat
     kinds = "kill-txn-coordinator,pause"
     result = chaos_run(backend, tmp_path, kinds, 9, txn_producers=2, rc_readers=2,
                        duration_s=2 * (TIMING.quiet_s[1] + TIMING.hold_s[1]) + 15.0)  # fmt: skip
+    txns = result.summary["operations"]["transactions"]
+    assert txns.get("ok", 0) > 0, result.report
+    assert txns.get("failed", 0) > 0, result.report  # the aborted ones: what aborted-read looks for
+    assert result.summary["meta"]["rc_readers"] == 2
+
+
+def test_transactions_under_isolation(backend: LocalBackend, tmp_path: Path) -> None:
+    """The transactional workload (two transactional producers, every fourth transaction aborted, two
+    read_committed readers) while a broker is cut off from every other node, the clients still reaching it: its
+    partitions and its transaction coordinators move, a transaction open on it is refused (INVALID_TXN_STATE)
+    and aborted, the producer's epoch is bumped, and a record of the next transaction may be fenced. No
+    transaction may then commit without that record: before the commit checked for a fatal record error, every
+    isolation of a partition leader lost committed values (lost-committed-write, 4-7 of them in 90-150 s runs)."""
+    timing = Timing(quiet_s=TIMING.quiet_s, hold_s=ISOLATION_HOLD_S, pause_s=TIMING.pause_s,
+                    recover_timeout_s=TIMING.recover_timeout_s)  # fmt: skip
+    result = chaos_run(backend, tmp_path, "isolate", 11, txn_producers=2, rc_readers=2, timing=timing,
+                       duration_s=2 * (timing.quiet_s[1] + timing.hold_s[1]) + 15.0)  # fmt: skip
     txns = result.summary["operations"]["transactions"]
     assert txns.get("ok", 0) > 0, result.report
     assert txns.get("failed", 0) > 0, result.report  # the aborted ones: what aborted-read looks for

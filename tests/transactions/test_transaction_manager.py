@@ -12,6 +12,7 @@ import pytest
 import odradek.transactions as transactions
 from common.clock import SystemClock
 from odradek.backoff import ExponentialBackoff
+from odradek.errors import KafkaError, NotEnoughReplicasError, ProducerFencedError
 from odradek.idempotence import IdempotenceState
 from odradek.transactions import ADD_PARTITIONS_RETRY_BACKOFF_MS, TransactionManager
 from odradek.types import TopicPartition
@@ -103,3 +104,32 @@ def test_later_adds_keep_retry_backoff_ms(
     coordinator.add_answers = ["CONCURRENT_TRANSACTIONS"] * 2
     add(txn, 1)
     assert sleeps == [100.0, 200.0]
+
+
+@pytest.mark.parametrize(
+    ("error", "raised"),
+    [(ProducerFencedError("a newer producer fenced this one"), ProducerFencedError),
+     (NotEnoughReplicasError("the ISR is too small"), NotEnoughReplicasError)],
+)  # fmt: skip
+def test_a_record_that_fails_during_the_commits_flush_is_never_committed(
+    manager: Callable[[Coordinator], TransactionManager], error: KafkaError, raised: type[KafkaError]
+) -> None:
+    """C4 / C6: the sender reports a record's failure while ``commit_transaction`` flushes (fenced: the producer
+    is FATAL; another error: the transaction is ABORTABLE). The commit raises that error and sends no EndTxn: a
+    commit without the record would lose it for every read_committed reader (the chaos harness found a fenced
+    record's transaction committed after a broker was cut off)."""
+    coordinator = Coordinator([])
+    txn = manager(coordinator)
+    txn.begin_transaction()
+    add(txn, 0)
+    with pytest.raises(raised):
+        txn.commit_transaction(flush=lambda: txn.on_record_error(error))
+    assert "EndTxn" not in coordinator.calls
+    if raised is ProducerFencedError:  # C6: every later call raises it too
+        with pytest.raises(ProducerFencedError):
+            txn.begin_transaction()
+    else:  # the transaction must be aborted first
+        with pytest.raises(NotEnoughReplicasError):
+            txn.commit_transaction(flush=lambda: None)
+        txn.abort_transaction(abort_unsent=lambda: None, flush=lambda: None)
+        assert coordinator.calls.count("EndTxn") == 1
