@@ -11,6 +11,15 @@ Loop (Kafka's ``MetadataLoader`` + ``BrokerMetadataPublisher``, one thread):
 4. The first time the image reaches the controller's end offset, logs that no partition assigned here
    claims are set aside (strays), and ``caught_up`` is set.
 
+Until then (a broker starting, or restarting, replays the log from its start in answers of
+``FETCH_MAX_RECORDS``), the answers are replayed into an image that is neither followed nor published: once
+it reaches the end offset, the replica manager follows the difference between the image it started from and
+that one, as after a snapshot, and publishes it (Kafka's ``MetadataLoader`` publishes nothing while it still
+needs to catch up). Following each answer instead made a restarting broker take up, for a moment, every
+leadership the log once gave it (leader in epoch 25, then 30, of a partition whose leader epoch is 33), and
+a leader's epoch start then cut the later epochs from its leader-epoch cache: as follower of the current
+leader it then truncated thousands of committed records (below its high watermark) to fetch them again.
+
 A record that does not replay (:class:`~metadata.errors.MetadataError`) means a corrupt log or a bug:
 the thread stops and records ``failure``; the broker process exits non-zero (the module docstring of
 ``metadata.image.delta`` says why it must not skip it). A file system that refuses what a change needs
@@ -102,6 +111,8 @@ class MetadataLoader:
         self.caught_up = threading.Event()
         self.failure: str | None = None
         self.end_offset = -1  # the controller's end offset, as last reported
+        # catching up (step 4): the image the replay has reached, and the published one it started from
+        self._catching: tuple[MetadataImage, MetadataImage] | None = None
         self._thread = threading.Thread(target=self._run, name=f"broker-{broker_id}-metadata", daemon=True)
 
     def start(self) -> None:
@@ -131,7 +142,7 @@ class MetadataLoader:
 
     def poll_once(self, timeout_s: float | None = None) -> bool:
         """One FetchMetadata round; True when it applied something."""
-        image = self._cache.image
+        image = self._cache.image if self._catching is None else self._catching[1]
         request = pb.FetchMetadataRequest(
             from_offset=image.offset + 1,
             max_wait_ms=FETCH_MAX_WAIT_MS,  # the controller waits only when it has nothing to send
@@ -145,8 +156,9 @@ class MetadataLoader:
             self._stopping.wait(_RETRY_BACKOFF_S)
             return False
         self.end_offset = response.end_offset
-        applied = self.apply(response)
-        if not self.caught_up.is_set() and self._cache.image.offset + 1 >= response.end_offset:
+        applied = self.apply(response) if self.caught_up.is_set() else self._catch_up(response)
+        reached_end = self._catching is None and self._cache.image.offset + 1 >= response.end_offset
+        if not self.caught_up.is_set() and reached_end:
             strays = self._replicas.quarantine_strays()
             if strays:
                 logger.warning("broker %d: set aside %d stray partition logs: %s", self.broker_id, len(strays), strays)
@@ -157,23 +169,35 @@ class MetadataLoader:
     def apply(self, response: pb.FetchMetadataResponse) -> bool:
         """Replay one FetchMetadata answer, let the replica manager follow it, publish the new image."""
         old = self._cache.image
-        if not response.HasField("snapshot") and not response.entries:
+        replayed = _replay(old, response)
+        if replayed is None:
             return False
-        if response.HasField("snapshot"):
-            base = decode_snapshot(response.snapshot.payload)
-            delta = MetadataDelta(base)
-            for entry in response.entries:
-                delta.replay(decode_record(entry.payload), entry.offset)
-            new = delta.apply()
-            changes = image_changes(old, new, self.broker_id)
-            resources: set[ConfigResource] = config_changes(old, new)
+        new, delta = replayed
+        if delta is None:  # a snapshot: no delta from the image we had
+            self._follow(new, image_changes(old, new, self.broker_id), config_changes(old, new))
         else:
-            delta = MetadataDelta(old)
-            for entry in response.entries:
-                delta.replay(decode_record(entry.payload), entry.offset)
-            new = delta.apply()
-            changes = delta.local_changes(self.broker_id)
-            resources = set(delta.changed_configs())
+            self._follow(new, delta.local_changes(self.broker_id), set(delta.changed_configs()))
+        return True
+
+    def _catch_up(self, response: pb.FetchMetadataResponse) -> bool:
+        """Step 4: replay ``response`` into the image being caught up; once it reaches the end offset, follow and
+        publish the difference from the published image (module docstring). True when something was replayed."""
+        published = self._cache.image
+        reached = published if self._catching is None else self._catching[1]
+        replayed = _replay(reached, response)
+        if replayed is None:
+            return False
+        new = replayed[0]
+        if new.offset + 1 < response.end_offset:
+            self._catching = (published, new)
+            return True
+        self._catching = None
+        self._follow(new, image_changes(published, new, self.broker_id), config_changes(published, new))
+        return True
+
+    def _follow(self, new: MetadataImage, changes: LocalReplicaChanges, resources: set[ConfigResource]) -> None:
+        """The replica manager follows ``changes``, then ``new`` is published and the requests waiting on the
+        partitions touched are completed."""
         started = time.monotonic()
         try:
             touched = self._replicas.apply_changes(new, changes, ConfigChanges.of(resources, self.broker_id))
@@ -191,4 +215,17 @@ class MetadataLoader:
             )  # fmt: skip
         if self._on_published is not None:
             self._on_published(new)
-        return True
+
+
+def _replay(
+    image: MetadataImage, response: pb.FetchMetadataResponse
+) -> tuple[MetadataImage, MetadataDelta | None] | None:
+    """The image after ``response`` (its snapshot, if any, replacing ``image``) and the delta from ``image``
+    (None after a snapshot); None when the answer carries nothing."""
+    if not response.HasField("snapshot") and not response.entries:
+        return None
+    snapshot = response.HasField("snapshot")
+    delta = MetadataDelta(decode_snapshot(response.snapshot.payload) if snapshot else image)
+    for entry in response.entries:
+        delta.replay(decode_record(entry.payload), entry.offset)
+    return delta.apply(), None if snapshot else delta

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -291,3 +292,71 @@ def entries(harness: BrokerHarness, *records: MetadataRecord) -> controller_pb2.
         controller_pb2.MetadataLogEntry(offset=first + i, term=1, payload=encode_record(r))
         for i, r in enumerate(records)
     ], end_offset=first + len(records))  # fmt: skip
+
+
+class ScriptedController:
+    """The controller's side of FetchMetadata for :class:`MetadataLoader`: ``answers`` in order, each asked
+    ``from_offset`` kept."""
+
+    def __init__(self, answers: list[controller_pb2.FetchMetadataResponse]) -> None:
+        self.answers = answers
+        self.asked: list[int] = []
+
+    def call(self, method: str, request: controller_pb2.FetchMetadataRequest, timeout_s: float,
+             active: bool = True) -> controller_pb2.FetchMetadataResponse:  # fmt: skip
+        assert method == "FetchMetadata"
+        self.asked.append(request.from_offset)
+        return self.answers.pop(0)
+
+
+def test_a_broker_catching_up_takes_up_only_the_partitions_state_where_the_log_ends(
+    harness: BrokerHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A starting broker replays the metadata log from its start, in answers of up to 2,000 records. Until it
+    reaches the end it follows none of them: a leadership the log gave it long ago (here leader in epoch 5 of a
+    partition led by broker 1 in epoch 6 by the log's end) is never taken up, not even for a moment (Kafka's
+    MetadataLoader publishes nothing while it still needs to catch up). The chaos harness saw a restarted broker
+    become leader in epochs 25 and 30 of a partition in epoch 33, then truncate thousands of committed records
+    as follower. Once caught up, each answer is followed as it comes."""
+    followed: list[tuple[int, set[str], set[str]]] = []  # (image offset, leaders, followers) per apply_changes
+    real_apply = harness.replicas.apply_changes
+
+    def spy(image: MetadataImage, changes: Any, configs: Any) -> Any:
+        followed.append((image.offset, {tp.topic_id for tp in changes.leaders},
+                         {tp.topic_id for tp in changes.followers}))  # fmt: skip
+        return real_apply(image, changes, configs)
+
+    monkeypatch.setattr(harness.replicas, "apply_changes", spy)
+    topic_id = str(uuid.uuid4())
+    records: list[MetadataRecord] = [Topic("t", topic_id), Partition(topic_id, 0, (0, 1), (0, 1), 0, leader_epoch=5),
+                                     PartitionChange(topic_id, 0, leader=1)]  # fmt: skip
+    first = harness.image.offset + 1
+    log = [controller_pb2.MetadataLogEntry(offset=first + i, term=1, payload=encode_record(r))
+           for i, r in enumerate(records)]  # fmt: skip
+    end = first + len(log)
+    controller = ScriptedController([
+        controller_pb2.FetchMetadataResponse(entries=log[:2], end_offset=end),
+        controller_pb2.FetchMetadataResponse(entries=log[2:], end_offset=end),
+    ])  # fmt: skip
+    loader = MetadataLoader(0, controller, harness.metadata, harness.replicas)  # type: ignore[arg-type]
+
+    assert loader.poll_once()  # the first part: replayed, not followed, not published
+    assert followed == []
+    assert harness.image.offset == first - 1
+    assert not loader.caught_up.is_set()
+    assert loader.poll_once()  # the end: followed once, from where it started
+    assert controller.asked == [first, first + 2]
+    assert loader.caught_up.is_set()
+    assert followed == [(end - 1, set(), {topic_id})]
+    partition = harness.partition("t")
+    assert partition.role is Role.FOLLOWER
+    assert partition.latest_epoch == -1  # never a leader here: no epoch 5 in its leader-epoch cache
+
+    more: list[MetadataRecord] = [Config(ConfigResourceType.CLUSTER, "", "log.retention.bytes", "99"),
+                                  PartitionChange(topic_id, 0, leader=0)]  # fmt: skip
+    controller.answers.append(controller_pb2.FetchMetadataResponse(entries=[
+        controller_pb2.MetadataLogEntry(offset=end + i, term=1, payload=encode_record(r)) for i, r in enumerate(more)
+    ], end_offset=end + len(more)))  # fmt: skip
+    assert loader.poll_once()  # caught up: followed at once
+    assert followed[-1] == (end + 1, {topic_id}, set())
+    assert harness.partition("t").role is Role.LEADER
