@@ -16,9 +16,10 @@ Until then (a broker starting, or restarting, replays the log from its start in 
 it reaches the end offset, the replica manager follows the difference between the image it started from and
 that one, as after a snapshot, and publishes it (Kafka's ``MetadataLoader`` publishes nothing while it still
 needs to catch up). Following each answer instead made a restarting broker take up, for a moment, every
-leadership the log once gave it (leader in epoch 25, then 30, of a partition whose leader epoch is 33), and
-a leader's epoch start then cut the later epochs from its leader-epoch cache: as follower of the current
-leader it then truncated thousands of committed records (below its high watermark) to fetch them again.
+leadership the log once gave it (leader in epoch 25, then 30, of a partition whose leader epoch is 33). In a
+15-minute chaos run with every fault (``python -m chaos run --duration 900 --seed 1128 --faults <all>
+--txn-producers 2 --rc-readers 1``) followers then truncated below their high watermark 148 times (up to
+thousands of records each, fetched again from the leader); with the catch-up held, the same run: none.
 
 A record that does not replay (:class:`~metadata.errors.MetadataError`) means a corrupt log or a bug:
 the thread stops and records ``failure``; the broker process exits non-zero (the module docstring of
