@@ -112,8 +112,8 @@ class MetadataLoader:
         self.caught_up = threading.Event()
         self.failure: str | None = None
         self.end_offset = -1  # the controller's end offset, as last reported
-        # catching up (step 4): the image the replay has reached, and the published one it started from
-        self._catching: tuple[MetadataImage, MetadataImage] | None = None
+        # catching up (step 4): the image the replay has reached (the published one stays where it started)
+        self._catching: MetadataImage | None = None
         self._thread = threading.Thread(target=self._run, name=f"broker-{broker_id}-metadata", daemon=True)
 
     def start(self) -> None:
@@ -143,7 +143,7 @@ class MetadataLoader:
 
     def poll_once(self, timeout_s: float | None = None) -> bool:
         """One FetchMetadata round; True when it applied something."""
-        image = self._cache.image if self._catching is None else self._catching[1]
+        image = self._cache.image if self._catching is None else self._catching
         request = pb.FetchMetadataRequest(
             from_offset=image.offset + 1,
             max_wait_ms=FETCH_MAX_WAIT_MS,  # the controller waits only when it has nothing to send
@@ -184,13 +184,12 @@ class MetadataLoader:
         """Step 4: replay ``response`` into the image being caught up; once it reaches the end offset, follow and
         publish the difference from the published image (module docstring). True when something was replayed."""
         published = self._cache.image
-        reached = published if self._catching is None else self._catching[1]
-        replayed = _replay(reached, response)
+        replayed = _replay(published if self._catching is None else self._catching, response)
         if replayed is None:
             return False
         new = replayed[0]
         if new.offset + 1 < response.end_offset:
-            self._catching = (published, new)
+            self._catching = new
             return True
         self._catching = None
         self._follow(new, image_changes(published, new, self.broker_id), config_changes(published, new))

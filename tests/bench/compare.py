@@ -246,16 +246,12 @@ def run_odradek(run: Run, system: str, w: Workload, round_no: int) -> dict[str, 
     topic = topic_name(w, system, round_no)
     rf = replication_factor(system)
     timeout_s = timeout_for(w)
-    if w.kind != "consume":
-        cluster.create_topic(topic, 1, rf)
+    make_topics(cluster, w, topic, rf)
     if w.burst:
         done = cluster.perf(["produce", "--topic", topic, "--num-records", str(w.burst), "--record-size",
                              str(w.record_size), "--acks", "all"], timeout_s)  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"the burst failed: {done.stderr.decode().strip()[-500:]}")
-
-    if w.kind == "produce":  # metered's short run writes apart: the consume workload reads this topic
-        cluster.create_topic(startup_topic(topic), 1, rf)
 
     def client(records: int, short: bool) -> subprocess.CompletedProcess[bytes]:
         if w.kind == "produce":
@@ -280,6 +276,15 @@ def run_odradek(run: Run, system: str, w: Workload, round_no: int) -> dict[str, 
 def startup_topic(topic: str) -> str:
     """Where a produce workload's short run (``metered``) writes: not the topic its consume workload reads."""
     return f"{topic}-startup"
+
+
+def make_topics(cluster: OdradekCluster, w: Workload, topic: str, rf: int) -> None:
+    """The workload's topic (a consume workload reads its produce workload's), and a produce workload's
+    ``startup_topic``."""
+    if w.kind != "consume":
+        cluster.create_topic(topic, 1, rf)
+    if w.kind == "produce":
+        cluster.create_topic(startup_topic(topic), 1, rf)
 
 
 def metered(
@@ -314,10 +319,7 @@ def run_kafka(run: Run, system: str, w: Workload, round_no: int) -> dict[str, An
     run by the Kafka peer (librdkafka) through the brokers' Kafka listener."""
     cluster = run.odradek[variant_of(system)]
     topic = topic_name(w, system, round_no)
-    if w.kind != "consume":
-        cluster.create_topic(topic, 1, replication_factor(system))
-    if w.kind == "produce":  # metered's short run writes apart: the consume workload reads this topic
-        cluster.create_topic(startup_topic(topic), 1, replication_factor(system))
+    make_topics(cluster, w, topic, replication_factor(system))
     return run_peer_workload("kafka", cluster.kafka_bootstrap, topic, w, replication_factor(system), cluster.pids())
 
 
