@@ -212,7 +212,11 @@ class ClusterClient:
                 raise
             self._failures = 0
             self._next_attempt_ms = started + self._retry_backoff_ms
-            self._cluster = Cluster.from_response(response, self.clock.monotonic_ms())
+            self._cluster = Cluster.from_response(response, self.clock.monotonic_ms(), self._cluster)
+            if self._cluster.stale:  # KIP-320: that broker is behind; ask again (spaced by retry.backoff.ms)
+                logger.debug("metadata from an older leader epoch for %s: kept what was known, asking again",
+                             sorted(self._cluster.stale))  # fmt: skip
+                self._update_requested = True
             self._version += 1
             return self._cluster
 

@@ -2,6 +2,11 @@
 
 Readers (producer threads, the sender, the consumer) take ``client.cluster`` and use it without locks;
 a refresh swaps in a new snapshot. Protobuf fields are read once here, into plain tuples.
+
+A partition's metadata never goes back (KIP-320): an answer that gives a partition an older leader epoch than
+the snapshot before it (a broker cut off from the controllers still answers from the image it last had) keeps
+the partition as it was, and the snapshot says which partitions it kept (``Cluster.stale``) so that the client
+asks again, of another broker. A topic whose id changed (deleted and created again) takes the new answer whole.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ class BrokerInfo(NamedTuple):
 class Cluster:
     """One metadata snapshot. Immutable once built, so safe to share between threads."""
 
-    __slots__ = ("brokers", "topics", "cluster_id", "controller_id", "updated_ms", "_leaders")
+    __slots__ = ("brokers", "topics", "cluster_id", "controller_id", "updated_ms", "stale", "_leaders")
 
     def __init__(
         self,
@@ -52,18 +57,23 @@ class Cluster:
         cluster_id: str = "",
         controller_id: int = -1,
         updated_ms: float = 0.0,
+        stale: frozenset[TopicPartition] = frozenset(),
     ) -> None:
         self.brokers = brokers
         self.topics = topics
         self.cluster_id = cluster_id
         self.controller_id = controller_id
         self.updated_ms = updated_ms
+        self.stale = stale  # partitions whose answer had an older leader epoch than before: kept as they were
         self._leaders: dict[TopicPartition, PartitionInfo] = {
             TopicPartition(name, p.partition): p for name, info in topics.items() for p in info.partitions
         }
 
     @classmethod
-    def from_response(cls, response: broker_pb2.MetadataResponse, updated_ms: float) -> Cluster:
+    def from_response(
+        cls, response: broker_pb2.MetadataResponse, updated_ms: float, previous: Cluster | None = None
+    ) -> Cluster:
+        """The snapshot of ``response``; a partition ``previous`` knew in a newer leader epoch stays as it was."""
         brokers = {
             b.node_id: BrokerInfo(
                 b.node_id, f"{b.host}:{b.port}", b.rack, f"{b.data_host}:{b.data_port}" if b.data_port else ""
@@ -72,6 +82,7 @@ class Cluster:
             if not b.fenced
         }
         topics: dict[str, TopicInfo] = {}
+        stale: list[TopicPartition] = []
         for t in response.topics:
             partitions = sorted(
                 (
@@ -88,9 +99,13 @@ class Cluster:
                 ),
                 key=lambda p: p.partition,
             )
+            before = None if previous is None else previous.topics.get(t.name)
+            if before is not None and (before.topic_id == t.topic_id or not before.topic_id or not t.topic_id):
+                partitions, kept = _newer_of(before.partitions, partitions)
+                stale.extend(TopicPartition(t.name, p) for p in kept)
             available = tuple(p.partition for p in partitions if p.leader >= 0 and p.leader in brokers)
             topics[t.name] = TopicInfo(t.name, t.error.code, tuple(partitions), available, t.is_internal, t.topic_id)
-        return cls(brokers, topics, response.cluster_id, response.controller_id, updated_ms)
+        return cls(brokers, topics, response.cluster_id, response.controller_id, updated_ms, frozenset(stale))
 
     def leader(self, tp: TopicPartition) -> int:
         """The leader's node id, or -1 when unknown (no leader, unknown partition, leader not in the snapshot)."""
@@ -116,6 +131,23 @@ class Cluster:
         if info is None or not info.partitions:
             return None
         return len(info.partitions)
+
+
+def _newer_of(
+    before: tuple[PartitionInfo, ...], answer: list[PartitionInfo]
+) -> tuple[list[PartitionInfo], list[int]]:
+    """``answer``'s partitions, each replaced by ``before``'s where that has a newer leader epoch; and which were."""
+    known = {p.partition: p for p in before}
+    kept: list[int] = []
+    merged: list[PartitionInfo] = []
+    for p in answer:
+        old = known.get(p.partition)
+        if old is not None and old.leader_epoch > p.leader_epoch >= 0:
+            kept.append(p.partition)
+            merged.append(old)
+        else:
+            merged.append(p)
+    return merged, kept
 
 
 EMPTY_CLUSTER = Cluster({}, {})

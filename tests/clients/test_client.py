@@ -9,6 +9,7 @@ import pytest
 from common.clock import ManualClock
 from odradek.errors import KafkaTimeoutError, NetworkError
 from odradek.net import ClusterClient
+from odradek.net.metadata import Cluster
 from odradek.types import TopicPartition
 from proto import broker_pb2
 from tests.clients.fake_broker import FakeCluster
@@ -112,5 +113,68 @@ def test_call_node_unknown_to_the_metadata(cluster: FakeCluster) -> None:
         c.refresh()
         with pytest.raises(NetworkError, match="broker 42 is not in the cluster metadata"):
             c.call_node(42, "DescribeCluster", broker_pb2.DescribeClusterRequest())
+    finally:
+        c.close()
+
+
+def _answer(epochs: dict[int, tuple[int, int]], topic_id: str = "id-1") -> broker_pb2.MetadataResponse:
+    """A MetadataResponse of brokers 1-3 and topic ``t`` whose partitions have these (leader, leader epoch)."""
+    response = broker_pb2.MetadataResponse(cluster_id="c")
+    for node in (1, 2, 3):
+        response.brokers.add(node_id=node, host="127.0.0.1", port=9000 + node)
+    topic = response.topics.add(name="t", topic_id=topic_id)
+    for partition, (leader, epoch) in epochs.items():
+        topic.partitions.add(partition=partition, leader=leader, leader_epoch=epoch, replicas=[1, 2, 3], isr=[1, 2, 3])
+    return response
+
+
+def _epoch(cluster: Cluster, tp: TopicPartition) -> int:
+    info = cluster.partition(tp)
+    assert info is not None
+    return info.leader_epoch
+
+
+def test_an_answer_from_an_older_leader_epoch_keeps_the_partition_as_it_was() -> None:
+    """KIP-320: a broker cut off from the controllers answers from its old image; its leaders must not replace
+    newer ones, partition by partition, while the partitions it knows as well as the last answer still update."""
+    first = Cluster.from_response(_answer({0: (2, 7), 1: (3, 4)}), 1.0)
+    assert first.stale == frozenset()
+    behind = Cluster.from_response(_answer({0: (1, 5), 1: (1, 5)}), 2.0, first)
+    assert behind.leader(TopicPartition("t", 0)) == 2  # epoch 5 < 7: kept
+    assert _epoch(behind, TopicPartition("t", 0)) == 7
+    assert behind.leader(TopicPartition("t", 1)) == 1  # epoch 5 > 4: taken
+    assert behind.stale == frozenset({TopicPartition("t", 0)})
+    assert behind.topics["t"].available == (0, 1)
+    same = Cluster.from_response(_answer({0: (2, 7), 1: (1, 5)}), 3.0, behind)
+    assert same.stale == frozenset()
+    assert same.leader(TopicPartition("t", 0)) == 2
+    recreated = Cluster.from_response(_answer({0: (3, 0), 1: (3, 0)}, topic_id="id-2"), 4.0, same)
+    assert recreated.leader(TopicPartition("t", 0)) == 3  # another topic under the same name: taken whole
+    assert recreated.stale == frozenset()
+
+
+def test_a_refresh_from_a_broker_behind_asks_again(cluster: FakeCluster) -> None:
+    clock = ManualClock()
+    c = client(cluster, clock, retry_backoff_ms=100, metadata_max_age_ms=10_000)
+    tp = TopicPartition("t", 0)
+    try:
+        cluster.create_topic("t", 1)
+        cluster.set_leader(tp, 1)
+        cluster.set_leader(tp, 1)
+        c.add_topics(["t"])
+        assert _epoch(c.refresh(), tp) == 2
+        with cluster.lock:
+            cluster.partition(tp).leader_epoch = 1  # the next answer comes from a broker behind
+        snapshot = c.refresh()
+        assert _epoch(snapshot, tp) == 2
+        assert snapshot.stale == frozenset({tp})
+        assert c.metadata_due_in_ms(clock.monotonic_ms()) == pytest.approx(100)  # asked again, spaced
+        with cluster.lock:
+            cluster.partition(tp).leader_epoch = 3
+        clock.advance(100)
+        assert c.maybe_refresh()
+        assert _epoch(c.cluster, tp) == 3
+        assert c.cluster.stale == frozenset()
+        assert c.metadata_due_in_ms(clock.monotonic_ms()) == pytest.approx(10_000)
     finally:
         c.close()
