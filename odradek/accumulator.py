@@ -539,6 +539,12 @@ class RecordAccumulator:
             self._queues.clear()
         return batches
 
+    def abort_partition(self, tp: TopicPartition) -> list[ProducerBatch]:
+        """Remove the queued batches of ``tp`` (not the drained ones) and return them, to be failed by the caller."""
+        with self._lock:
+            queue = self._queues.pop(tp, None)
+        return list(queue) if queue else []
+
     def available_memory(self) -> int:
         return self._available
 

@@ -116,6 +116,7 @@ class Producer:
             backoff=ExponentialBackoff(cfg.retry_backoff_ms, cfg.retry_backoff_max_ms, rng=rng),
             idempotence=self._idempotence,
             on_record_error=None if self._txn is None else self._txn.on_record_error,
+            refused=None if self._txn is None else self._txn.refused,
         )
         self._max_record_bytes = min(cfg.max_request_size, cfg.buffer_memory) - BATCH_OVERHEAD_BYTES
         self._max_block_ms = cfg.max_block_ms

@@ -51,7 +51,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -119,6 +119,7 @@ class Sender:
         backoff: ExponentialBackoff,
         idempotence: IdempotenceState | None = None,
         on_record_error: Callable[[BaseException], None] | None = None,
+        refused: Callable[[], Mapping[TopicPartition, BaseException]] | None = None,
     ) -> None:
         self._client = client
         self._idempotence = idempotence
@@ -126,6 +127,7 @@ class Sender:
         # are reported to it (odradek.transactions)
         self._transactional_id = config.transactional_id or ""
         self._on_record_error = on_record_error
+        self._refused = refused  # partitions whose records must fail unsent (their AddPartitionsToTxn failed)
         self._abort_unsent: threading.Event | None = None  # set by abort_unsent(); the sender thread does it
         self._init_attempts = 0
         self._init_retry_at_ms = 0.0
@@ -218,6 +220,11 @@ class Sender:
             for batch in self._accumulator.abort_all():
                 self._fail(batch, TransactionAbortedError("the transaction was aborted before the record was sent"))
             aborting.set()
+        refused = None if self._refused is None else self._refused()
+        if refused:  # never sent: the coordinator did not add their partitions to the transaction (C2)
+            for tp, error in refused.items():
+                for batch in self._accumulator.abort_partition(tp):
+                    self._fail(batch, error)
         self._client.maybe_refresh()
         init_wait_ms = self._maybe_init_producer_id(now)
         cluster = self._client.cluster

@@ -21,6 +21,11 @@ States and what moves them (one lock; the application's thread calls, the sender
   the next transaction's first AddPartitionsToTxn usually meets CONCURRENT_TRANSACTIONS until the previous one
   is complete: as Kafka's producer, it retries that one every ``ADD_PARTITIONS_RETRY_BACKOFF_MS`` (20 ms)
   rather than after ``retry.backoff.ms`` (100 ms, doubling), which would hold the new transaction's records.
+  An AddPartitionsToTxn that fails (an error, or no answer within ``max.block.ms``) makes the transaction
+  ABORTABLE, and the records of its partitions fail unsent, with its error: they are never sent. A partition
+  may still hold the previous transaction open (its coordinator cut off before it wrote the markers), and a
+  record sent there would join that transaction and be committed with it, while the others of its own
+  transaction are refused (a partial transaction).
 * C3. ``send_offsets_to_transaction`` adds the group's offsets partition (AddOffsetsToTxn), then commits the
   offsets to the group's coordinator as part of the transaction (TxnOffsetCommit).
 * C4. ``commit_transaction`` first flushes: every record is written or has failed. If one failed, the commit
@@ -102,6 +107,9 @@ class TransactionManager:
         self._partitions: set[TopicPartition] = set()  # registered in the current transaction (C2)
         self._added: frozenset[TopicPartition] = frozenset()  # added by the coordinator (read by the sender)
         self._pending: set[TopicPartition] = set()  # registered, AddPartitionsToTxn not answered yet
+        # partitions whose AddPartitionsToTxn failed, and why: their records fail unsent (C2; read by the sender;
+        # the dict is replaced, never mutated)
+        self._refused: dict[TopicPartition, BaseException] = {}
         self._changed = threading.Condition(self._lock)
         self._adder: threading.Thread | None = None
         self._closed = False
@@ -135,6 +143,7 @@ class TransactionManager:
             self._state = State.IN_TRANSACTION
             self._partitions = set()
             self._added = frozenset()
+            self._refused = {}
             self._started = False
             self._error = None
 
@@ -164,6 +173,10 @@ class TransactionManager:
         """Whether batches of ``tp`` may be sent (the sender thread asks; the set is replaced, never mutated)."""
         return tp in self._added
 
+    def refused(self) -> Mapping[TopicPartition, BaseException]:
+        """The partitions whose AddPartitionsToTxn failed, with its error: the sender fails their records (C2)."""
+        return self._refused
+
     def _add_partitions(self) -> None:
         """The adder thread: one AddPartitionsToTxn for the partitions registered meanwhile, again and again."""
         while True:
@@ -181,20 +194,25 @@ class TransactionManager:
                 by_topic.setdefault(tp.topic, []).append(tp.partition)
             for topic, numbers in by_topic.items():
                 request.topics.add(topic=topic, partitions=numbers)
+            error: BaseException | None = None
             try:
                 # the first partitions of a transaction: the previous one may still be completing (C2)
                 first = not self._started
                 self._call("AddPartitionsToTxn", request, _add_partitions_error,
                            concurrent_backoff_ms=ADD_PARTITIONS_RETRY_BACKOFF_MS if first else None)  # fmt: skip
-                added = True
-            except Exception:  # _call made the transaction ABORTABLE or the producer FATAL
-                added = False
+            except Exception as exc:  # _call made the transaction ABORTABLE or the producer FATAL (a timeout: below)
+                error = exc
             with self._lock:
                 self._pending.difference_update(batch)
-                # On a failure the batches go anyway: their leaders refuse them (no verified transaction, S11),
-                # so they fail and flush() ends; the commit then raises the cause.
-                self._added = self._added | frozenset(batch)
-                self._started = self._started or added
+                if error is None:
+                    self._added = self._added | frozenset(batch)
+                    self._started = True
+                else:
+                    # C2: never sent (a partition may hold the previous transaction open); they fail unsent
+                    if self._state is State.IN_TRANSACTION:
+                        self._state = State.ABORTABLE
+                        self._error = error
+                    self._refused = {**self._refused, **dict.fromkeys(batch, error)}
                 self._changed.notify_all()
             self._wakeup()
 

@@ -269,6 +269,20 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
             c.next_producer_id += 1
             return broker_pb2.InitProducerIdResponse(producer_id=c.next_producer_id - 1, producer_epoch=0)
 
+    def AddPartitionsToTxn(self, request: Any, context: Any) -> broker_pb2.AddPartitionsToTxnResponse:
+        """Adds nothing: answers the next code injected for ("AddPartitionsToTxn", TopicPartition("", 0)), or
+        success."""
+        c = self.cluster
+        with c.lock:
+            self._record("AddPartitionsToTxn", request)
+            code = c.take_injected("AddPartitionsToTxn", TopicPartition("", 0))
+            return broker_pb2.AddPartitionsToTxnResponse(error=_error(code, code.lower() if code else ""))
+
+    def EndTxn(self, request: Any, context: Any) -> broker_pb2.EndTxnResponse:
+        with self.cluster.lock:
+            self._record("EndTxn", request)
+            return broker_pb2.EndTxnResponse()
+
     def _produce_partition(self, topic: str, partition: int, records: bytes) -> broker_pb2.ProducePartitionResponse:
         c = self.cluster
         tp = TopicPartition(topic, partition)
@@ -295,7 +309,10 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
         except Exception:
             return answer("CORRUPT_MESSAGE")
         try:
-            verdict = part.producers.check_append(headers)
+            # a transactional batch opening a transaction is taken as verified (S11): no coordinator is asked
+            needed = part.producers.needs_verification(headers)
+            verified = {pid: part.producers.begin_verification(pid, epoch) for pid, epoch in needed}
+            verdict = part.producers.check_append(headers, verified)
         except LogError as exc:
             return answer(exc.code)
         if verdict.duplicate is not None:
