@@ -65,10 +65,10 @@ from odradek.backoff import ExponentialBackoff
 from odradek.config import ProducerConfig
 from odradek.errors import (
     IllegalStateError,
+    InvalidProducerEpochError,
     KafkaError,
     KafkaTimeoutError,
     NetworkError,
-    ProducerFencedError,
     TransactionAbortedError,
     error_from_code,
 )
@@ -517,8 +517,16 @@ class Sender:
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
         if self._on_record_error is not None:
             if getattr(error, "code", "") in ("INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"):
-                error = ProducerFencedError(f"a newer producer with transactional.id {self._transactional_id!r} "
-                                            f"fenced this one: {error}")  # fmt: skip
+                # KIP-588: abortable, not fatal. A partition leader's verdict may be stale (a leader cut off from
+                # the others answers from its own coordinator's old state); the coordinator decides when the
+                # transaction is aborted: if a newer instance fenced this one, abort_transaction raises
+                # ProducerFencedError.
+                error = InvalidProducerEpochError(
+                    f"a partition leader refused this producer's epoch {batch.producer_epoch} of transactional.id "
+                    f"{self._transactional_id!r}: abort the transaction ({error})"
+                )
+            if getattr(error, "code", "") in ("INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE"):
+                self._client.request_update()  # the leader may be a deposed one that does not know it yet
             self._on_record_error(error)
         if self._idempotence is not None:
             self._idempotence.on_failed(batch, type(error).__name__)

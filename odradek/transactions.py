@@ -7,7 +7,13 @@ States and what moves them (one lock; the application's thread calls, the sender
     IN_TRANSACTION --commit_transaction--> READY        (flush, then EndTxn(commit))
     IN_TRANSACTION / ABORTABLE --abort_transaction--> READY   (unsent records dropped, EndTxn(abort))
     IN_TRANSACTION --a record failed--> ABORTABLE       (commit raises the cause; abort_transaction recovers)
-    any --PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING--> FATAL  (close the producer)
+    any --the coordinator answers PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING--> FATAL
+                                                        (close the producer)
+
+A record refused for its epoch (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED from a partition leader) makes the
+transaction ABORTABLE, not the producer FATAL (Kafka's KIP-588): a leader's verdict may be stale (a leader cut
+off from the others answers from its own coordinator's old state), and the abort asks the coordinator, which
+fences the producer (FATAL) only if a newer instance took its transactional id.
 
 * C1. ``init_transactions`` finds the transaction coordinator (FindCoordinator key_type 1) and asks it for the
   producer id and epoch (InitProducerId with the transactional id and ``transaction.timeout.ms``), retrying
@@ -314,12 +320,13 @@ class TransactionManager:
                                      self._idempotence.producer_epoch)  # fmt: skip
 
     def on_record_error(self, error: BaseException) -> None:
-        """The sender thread: a record of the current transaction failed (ABORTABLE, or FATAL when fenced)."""
+        """The sender thread: a record of the current transaction failed (ABORTABLE; FATAL for a fatal error other
+        than the epoch's, which only the coordinator decides: module docstring)."""
         code = getattr(error, "code", "")
         with self._lock:
-            if code in FATAL_CODES:
+            if code in FATAL_CODES and code not in ("INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"):
                 self._state = State.FATAL
-                self._error = _fenced(error) if code in ("INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED") else error
+                self._error = error
             elif self._state is State.IN_TRANSACTION:
                 self._state = State.ABORTABLE
                 self._error = error

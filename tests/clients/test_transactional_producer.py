@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from odradek import Producer, TopicPartition
-from odradek.errors import KafkaError, KafkaTimeoutError, TopicAuthorizationFailedError
+from odradek.errors import InvalidProducerEpochError, KafkaError, KafkaTimeoutError, TopicAuthorizationFailedError
 from tests.clients.fake_broker import FakeCluster
 from tests.clients.fake_coordinator import FakeCoordinator
+from tests.support.launcher import wait_until
 
 ADD = ("AddPartitionsToTxn", TopicPartition("", 0))  # where the fake broker takes AddPartitionsToTxn's answers
 
@@ -49,3 +50,35 @@ def test_records_of_a_partition_the_coordinator_did_not_add_fail_unsent(
         p.commit_transaction()
         assert after.result(5).offset == 0
         assert len(cluster.calls_of("EndTxn")) == 1
+
+
+@pytest.mark.parametrize("code", ["PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"])
+def test_a_record_refused_for_its_epoch_makes_the_transaction_abortable(cluster: FakeCluster, code: str) -> None:
+    """KIP-588: a partition leader's refusal of the producer's epoch is abortable, not fatal (a leader cut off
+    from the others answers from its own coordinator's stale state); the producer looks at the leaders again
+    (that leader may be deposed), aborts, takes the next epoch from the coordinator and goes on."""
+    cluster.groups = FakeCoordinator(cluster.topics, node=1)
+    cluster.create_topic("t")
+    config = {"bootstrap.servers": cluster.bootstrap, "transactional.id": "tx", "linger.ms": 0,
+              "client.id": "txn-epoch"}  # fmt: skip
+    with Producer(config) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", b"first")  # the topic's metadata is known from here on
+        p.commit_transaction()
+        p.begin_transaction()
+        cluster.inject("Produce", TopicPartition("t", 0), code)
+        refreshes = len(cluster.calls_of("Metadata"))
+        future = p.send("t", b"refused")
+        with pytest.raises(InvalidProducerEpochError):
+            future.result(5)
+        with pytest.raises(InvalidProducerEpochError):
+            p.commit_transaction()
+        wait_until(lambda: len(cluster.calls_of("Metadata")) > refreshes, 5, "a metadata refresh")
+        p.abort_transaction()
+        assert [(r.producer_id, r.producer_epoch) for r in cluster.calls_of("InitProducerId")] == [(-1, -1),
+                                                                                                  (1000, 0)]
+        p.begin_transaction()
+        after = p.send("t", b"sent")
+        p.commit_transaction()
+        assert after.result(5).offset == 1

@@ -12,9 +12,15 @@ import pytest
 import odradek.transactions as transactions
 from common.clock import SystemClock
 from odradek.backoff import ExponentialBackoff
-from odradek.errors import KafkaError, NotEnoughReplicasError, ProducerFencedError
+from odradek.errors import (
+    InvalidProducerEpochError,
+    KafkaError,
+    NotEnoughReplicasError,
+    ProducerFencedError,
+    TransactionalIdAuthorizationFailedError,
+)
 from odradek.idempotence import IdempotenceState
-from odradek.transactions import ADD_PARTITIONS_RETRY_BACKOFF_MS, TransactionManager
+from odradek.transactions import ADD_PARTITIONS_RETRY_BACKOFF_MS, State, TransactionManager
 from odradek.types import TopicPartition
 from proto import broker_pb2
 
@@ -27,6 +33,7 @@ class Coordinator:
 
     def __init__(self, add_answers: list[str]) -> None:
         self.add_answers = add_answers
+        self.end_answers: list[str] = []  # EndTxn's, the same way
         self.calls: list[str] = []
 
     def call(self, method: str, make: Any, remaining: float, error_code: Any = None) -> Any:
@@ -36,6 +43,8 @@ class Coordinator:
             response.producer_id, response.producer_epoch = 7, 0
         if method == "AddPartitionsToTxn" and self.add_answers:
             response.error.code = self.add_answers.pop(0)
+        if method == "EndTxn" and self.end_answers:
+            response.error.code = self.end_answers.pop(0)
         return response
 
 
@@ -108,16 +117,17 @@ def test_later_adds_keep_retry_backoff_ms(
 
 @pytest.mark.parametrize(
     ("error", "raised"),
-    [(ProducerFencedError("a newer producer fenced this one"), ProducerFencedError),
+    [(TransactionalIdAuthorizationFailedError("not allowed"), TransactionalIdAuthorizationFailedError),
+     (InvalidProducerEpochError("a leader refused the epoch"), InvalidProducerEpochError),
      (NotEnoughReplicasError("the ISR is too small"), NotEnoughReplicasError)],
 )  # fmt: skip
 def test_a_record_that_fails_during_the_commits_flush_is_never_committed(
     manager: Callable[[Coordinator], TransactionManager], error: KafkaError, raised: type[KafkaError]
 ) -> None:
-    """C4 / C6: the sender reports a record's failure while ``commit_transaction`` flushes (fenced: the producer
-    is FATAL; another error: the transaction is ABORTABLE). The commit raises that error and sends no EndTxn: a
-    commit without the record would lose it for every read_committed reader (the chaos harness found a fenced
-    record's transaction committed after a broker was cut off)."""
+    """C4 / C6: the sender reports a record's failure while ``commit_transaction`` flushes (a fatal error: the
+    producer is FATAL; another, the refused epoch included: the transaction is ABORTABLE). The commit raises that
+    error and sends no EndTxn: a commit without the record would lose it for every read_committed reader (the
+    chaos harness found a refused record's transaction committed after a broker was cut off)."""
     coordinator = Coordinator([])
     txn = manager(coordinator)
     txn.begin_transaction()
@@ -125,11 +135,31 @@ def test_a_record_that_fails_during_the_commits_flush_is_never_committed(
     with pytest.raises(raised):
         txn.commit_transaction(flush=lambda: txn.on_record_error(error))
     assert "EndTxn" not in coordinator.calls
-    if raised is ProducerFencedError:  # C6: every later call raises it too
-        with pytest.raises(ProducerFencedError):
+    if raised is TransactionalIdAuthorizationFailedError:  # C6: every later call raises it too
+        with pytest.raises(TransactionalIdAuthorizationFailedError):
             txn.begin_transaction()
     else:  # the transaction must be aborted first
-        with pytest.raises(NotEnoughReplicasError):
+        with pytest.raises(raised):
             txn.commit_transaction(flush=lambda: None)
         txn.abort_transaction(abort_unsent=lambda: None, flush=lambda: None)
         assert coordinator.calls.count("EndTxn") == 1
+        txn.begin_transaction()
+
+
+def test_a_refused_epoch_is_fatal_only_when_the_coordinator_says_so(
+    manager: Callable[[Coordinator], TransactionManager],
+) -> None:
+    """KIP-588: a partition leader's refusal of the epoch makes the transaction abortable; the abort asks the
+    coordinator, whose PRODUCER_FENCED (a newer instance took the transactional id) makes the producer FATAL."""
+    coordinator = Coordinator([])
+    coordinator.end_answers = ["PRODUCER_FENCED"]
+    txn = manager(coordinator)
+    txn.begin_transaction()
+    add(txn, 0)
+    txn.on_record_error(InvalidProducerEpochError("a leader refused the epoch"))
+    assert txn.state is State.ABORTABLE
+    with pytest.raises(ProducerFencedError):
+        txn.abort_transaction(abort_unsent=lambda: None, flush=lambda: None)
+    assert coordinator.calls.count("EndTxn") == 1  # the coordinator was asked
+    with pytest.raises(ProducerFencedError):  # C6
+        txn.begin_transaction()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from odradek import Consumer, Producer, TopicPartition
-from odradek.errors import IllegalStateError, ProducerFencedError
+from odradek.errors import IllegalStateError, InvalidProducerEpochError, ProducerFencedError
 from tests.broker.cluster import Cluster
 
 CONFIG = {
@@ -111,10 +111,14 @@ def test_new_instance_fences_the_zombie_and_aborts_its_transaction(cluster: Clus
         zombie.begin_transaction()
         zombie.send("fence", value=b"zombie-1", partition=0).result(10)
         successor.init_transactions()  # fences the zombie, aborts its open transaction
-        with pytest.raises(ProducerFencedError):  # the partition has its successor's epoch now (the abort)
+        # the partition has its successor's epoch now (the abort): the record is refused, which makes the
+        # transaction abortable (KIP-588); the abort asks the coordinator, which says the zombie is fenced
+        with pytest.raises(InvalidProducerEpochError):
             zombie.send("fence", value=b"zombie-2", partition=0).result(10)
-        with pytest.raises(ProducerFencedError):
+        with pytest.raises(InvalidProducerEpochError):
             zombie.commit_transaction()
+        with pytest.raises(ProducerFencedError):
+            zombie.abort_transaction()
         with pytest.raises(ProducerFencedError):
             zombie.begin_transaction()
         successor.begin_transaction()
