@@ -224,7 +224,7 @@ class Sender:
         if refused:  # never sent: the coordinator did not add their partitions to the transaction (C2)
             for tp, error in refused.items():
                 for batch in self._accumulator.abort_partition(tp):
-                    self._fail(batch, error)
+                    self._fail(batch, error, from_leader=False)
         self._client.maybe_refresh()
         init_wait_ms = self._maybe_init_producer_id(now)
         cluster = self._client.cluster
@@ -514,8 +514,9 @@ class Sender:
         self._wake.set()
         return done.wait(timeout_s)
 
-    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
-        if self._on_record_error is not None:
+    def _fail(self, batch: ProducerBatch, error: BaseException, from_leader: bool = True) -> None:
+        """``batch`` fails for good with ``error`` (``from_leader``: a partition leader's answer)."""
+        if self._on_record_error is not None and from_leader:
             if getattr(error, "code", "") in ("INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"):
                 # KIP-588: abortable, not fatal. A partition leader's verdict may be stale (a leader cut off from
                 # the others answers from its own coordinator's old state); the coordinator decides when the
@@ -527,6 +528,7 @@ class Sender:
                 )
             if getattr(error, "code", "") in ("INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE"):
                 self._client.request_update()  # the leader may be a deposed one that does not know it yet
+        if self._on_record_error is not None:
             self._on_record_error(error)
         if self._idempotence is not None:
             self._idempotence.on_failed(batch, type(error).__name__)

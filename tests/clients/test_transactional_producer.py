@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from odradek import Producer, TopicPartition
-from odradek.errors import InvalidProducerEpochError, KafkaError, KafkaTimeoutError, TopicAuthorizationFailedError
+from odradek.errors import (
+    InvalidProducerEpochError,
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerFencedError,
+    TopicAuthorizationFailedError,
+)
 from tests.clients.fake_broker import FakeCluster
 from tests.clients.fake_coordinator import FakeCoordinator
 from tests.support.launcher import wait_until
@@ -82,3 +88,25 @@ def test_a_record_refused_for_its_epoch_makes_the_transaction_abortable(cluster:
         after = p.send("t", b"sent")
         p.commit_transaction()
         assert after.result(5).offset == 1
+
+
+def test_records_of_a_partition_the_coordinator_fenced_fail_unsent_as_fenced(cluster: FakeCluster) -> None:
+    """C2 / C6: the coordinator answers AddPartitionsToTxn with PRODUCER_FENCED (a newer instance took the id):
+    the producer is FATAL and the partition's records fail unsent with that error, not as a partition leader's
+    refusal of the epoch (which only makes the transaction abortable)."""
+    cluster.groups = FakeCoordinator(cluster.topics, node=1)
+    cluster.create_topic("t")
+    cluster.inject(*ADD, "PRODUCER_FENCED")
+    config = {"bootstrap.servers": cluster.bootstrap, "transactional.id": "tx", "linger.ms": 0,
+              "client.id": "txn-fenced"}  # fmt: skip
+    with Producer(config) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        future = p.send("t", b"never sent")
+        with pytest.raises(ProducerFencedError):
+            future.result(5)
+        with pytest.raises(ProducerFencedError):
+            p.commit_transaction()
+        with pytest.raises(ProducerFencedError):
+            p.abort_transaction()
+        assert cluster.calls_of("Produce") == []
