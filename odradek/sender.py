@@ -75,6 +75,7 @@ from odradek.errors import (
 from odradek.idempotence import DUPLICATE_SEQUENCE, OUT_OF_ORDER, UNKNOWN_PRODUCER_ID, IdempotenceState, Verdict
 from odradek.net import ClusterClient, rpc_error
 from odradek.net.data_link import DataLink, DataLinkUnreachable
+from odradek.transactions import EPOCH_REFUSALS
 from odradek.types import TopicPartition
 from proto import broker_pb2
 
@@ -516,24 +517,31 @@ class Sender:
 
     def _fail(self, batch: ProducerBatch, error: BaseException, from_leader: bool = True) -> None:
         """``batch`` fails for good with ``error`` (``from_leader``: a partition leader's answer)."""
-        if self._on_record_error is not None and from_leader:
-            if getattr(error, "code", "") in ("INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"):
-                # KIP-588: abortable, not fatal. A partition leader's verdict may be stale (a leader cut off from
-                # the others answers from its own coordinator's old state); the coordinator decides when the
-                # transaction is aborted: if a newer instance fenced this one, abort_transaction raises
-                # ProducerFencedError.
-                error = InvalidProducerEpochError(
-                    f"a partition leader refused this producer's epoch {batch.producer_epoch} of transactional.id "
-                    f"{self._transactional_id!r}: abort the transaction ({error})"
-                )
-            if getattr(error, "code", "") in ("INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE"):
-                self._client.request_update()  # the leader may be a deposed one that does not know it yet
         if self._on_record_error is not None:
+            if from_leader:
+                error = self._leader_refusal(batch, error)
             self._on_record_error(error)
         if self._idempotence is not None:
             self._idempotence.on_failed(batch, type(error).__name__)
         batch.fail(error)
         self._accumulator.deallocate(batch)
+
+
+    def _leader_refusal(self, batch: ProducerBatch, error: BaseException) -> BaseException:
+        """A transactional record's error from its partition leader, as the transaction manager takes it: a
+        refused epoch is abortable (KIP-588: the leader's verdict may be stale, a leader cut off from the others
+        answers from its own coordinator's old state; the abort asks the coordinator, which raises
+        ProducerFencedError if a newer instance took the id). A refusal of the epoch or of the transaction also
+        asks for metadata: the leader may be a deposed one that does not know it yet."""
+        code = getattr(error, "code", "")
+        if code in EPOCH_REFUSALS:
+            error = InvalidProducerEpochError(
+                f"a partition leader refused this producer's epoch {batch.producer_epoch} of transactional.id "
+                f"{self._transactional_id!r}: abort the transaction ({error})"
+            )
+        if code in EPOCH_REFUSALS or code == "INVALID_TXN_STATE":
+            self._client.request_update()
+        return error
 
 
 def _trace_batches(request: _Request, tp: TopicPartition, batches: Sequence[ProducerBatch], offset: int) -> None:

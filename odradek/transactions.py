@@ -73,6 +73,8 @@ from proto import broker_pb2
 
 FATAL_CODES = frozenset({"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_PRODUCER_ID_MAPPING",
                          "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"})  # fmt: skip
+# a partition leader's refusal of a record's epoch: abortable, the coordinator decides on fencing (KIP-588)
+EPOCH_REFUSALS = frozenset({"INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"})
 ADD_PARTITIONS_RETRY_BACKOFF_MS = 20.0  # Kafka's TransactionManager.ADD_PARTITIONS_RETRY_BACKOFF_MS
 RETRY_CODES = frozenset({"CONCURRENT_TRANSACTIONS", "COORDINATOR_LOAD_IN_PROGRESS", "REQUEST_TIMED_OUT",
                          "NOT_ENOUGH_REPLICAS", "UNKNOWN_TOPIC_OR_PARTITION"})  # fmt: skip
@@ -324,7 +326,7 @@ class TransactionManager:
         than the epoch's, which only the coordinator decides: module docstring)."""
         code = getattr(error, "code", "")
         with self._lock:
-            if code in FATAL_CODES and code not in ("INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"):
+            if code in FATAL_CODES and code not in EPOCH_REFUSALS:
                 self._state = State.FATAL
                 self._error = error
             elif self._state is State.IN_TRANSACTION:
