@@ -526,7 +526,6 @@ class Sender:
         batch.fail(error)
         self._accumulator.deallocate(batch)
 
-
     def _leader_refusal(self, batch: ProducerBatch, error: BaseException) -> BaseException:
         """A transactional record's error from its partition leader, as the transaction manager takes it: a
         refused epoch is abortable (KIP-588: the leader's verdict may be stale, a leader cut off from the others
