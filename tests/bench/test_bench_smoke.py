@@ -203,6 +203,35 @@ def test_the_rpc_floor_bench_measures_every_transport() -> None:
     assert any(line.startswith("tcp-asyncio-protocol ") for line in table)
 
 
+def test_the_path_floor_bench_runs_every_client_and_mode_and_stops_its_servers() -> None:
+    """``bench.path_floor``: a leader and two followers per run, started and stopped; every record of every run
+    measured (the bench fails otherwise), every figure present and sane, no server process left behind."""
+    done = run("bench.path_floor", ["--records", "200", "--warmup", "20", "--rates", "500", "--repeat", "1",
+                                    "--json"], 120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(doc["runs"]) == {f"{client} {mode} 500" for client in ("asyncio", "threads")
+                                for mode in ("at-once", "held")}  # fmt: skip
+    for name, figures in doc["runs"].items():
+        assert 0 < figures["p50_ms"] <= figures["p99_ms"], name
+        assert figures["server_cpu_us"] >= 0, name  # /proc counts in clock ticks: a short run may show none
+    assert doc["hop"]["p50_ms"] > 0
+    assert any(line.startswith("threads  held ") for line in done.stdout.split("\n"))
+    left = [cmdline for cmdline in _command_lines() if b"bench.path_floor\0--serve" in cmdline]
+    assert not left, f"servers left running: {left}"
+
+
+def _command_lines() -> list[bytes]:
+    lines = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                lines.append((entry / "cmdline").read_bytes())
+            except OSError:  # gone meanwhile
+                continue
+    return lines
+
+
 def test_the_cpu_bench_counts_every_process_by_role(tmp_path: Path) -> None:
     """``tests.bench.cpu``: one cluster (1 controller, 3 brokers, RF 3), a fresh topic per round; each role's CPU
     per record present (a leader, two followers, the other broker absent at RF 3 of 3), the e2e figures sane."""
