@@ -54,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from bench import rpc_floor
@@ -263,6 +264,19 @@ class _Consumer(_Frames):
             self.send(CONSUMER_FETCH, OFFSET.pack(self.offset))
 
 
+def _waits(rate: int, records: int) -> Iterator[float]:
+    """Before each of ``records`` records at ``rate`` a second: the seconds until it is due (0 when late)."""
+    interval_ns = 1_000_000_000 // rate
+    started = time.perf_counter_ns()
+    for sent in range(records):
+        yield max(0, started + sent * interval_ns - time.perf_counter_ns()) / 1e9
+
+
+def _stamped(padding: bytes) -> bytes:
+    """A record stamped now, as it is handed to the producer (``odradek perf e2e`` stamps its ``send()``)."""
+    return STAMP.pack(time.perf_counter_ns()) + padding
+
+
 async def _client(port: int, mode: str, rate: int, records: int) -> list[int]:
     loop = asyncio.get_running_loop()
     consumer: _Consumer
@@ -270,14 +284,10 @@ async def _client(port: int, mode: str, rate: int, records: int) -> list[int]:
     producer: _Producer
     _, producer = await loop.create_connection(lambda: _Producer(mode), "127.0.0.1", port)
     padding = os.urandom(RECORD_BYTES - STAMP.size)
-    interval_ns = 1_000_000_000 // rate
-    started = time.perf_counter_ns()
-    for sent in range(records):
-        due = started + sent * interval_ns
-        wait_ns = due - time.perf_counter_ns()
-        if wait_ns > 0:
-            await asyncio.sleep(wait_ns / 1e9)
-        producer.due(STAMP.pack(time.perf_counter_ns()) + padding)  # stamped when sent, as perf e2e's send()
+    for wait_s in _waits(rate, records):
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
+        producer.due(_stamped(padding))
     await asyncio.wait_for(consumer.done, 60)
     producer.transport.close()
     consumer.transport.close()
@@ -368,15 +378,11 @@ def _threaded_client(port: int, mode: str, rate: int, records: int) -> list[int]
     for thread in threads:
         thread.start()
     padding = os.urandom(RECORD_BYTES - STAMP.size)
-    interval_ns = 1_000_000_000 // rate
-    started = time.perf_counter_ns()
-    for sent in range(records):
-        due = started + sent * interval_ns
-        wait_ns = due - time.perf_counter_ns()
-        if wait_ns > 0:
-            time.sleep(wait_ns / 1e9)
+    for wait_s in _waits(rate, records):
+        if wait_s > 0:
+            time.sleep(wait_s)
         with ready:
-            waiting.append(STAMP.pack(time.perf_counter_ns()) + padding)
+            waiting.append(_stamped(padding))
             ready.notify()
     threads[3].join(60)
     with ready:
@@ -403,39 +409,30 @@ def _start(args: list[str]) -> subprocess.Popen[str]:
     return process
 
 
-def _stop(process: subprocess.Popen[str]) -> None:
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(10)
-
-
 def measure(mode: str, rate: int, records: int, warmup: int, client: str = "asyncio") -> dict[str, float]:
     """One run: fresh leader and followers, ``warmup + records`` records at ``rate`` from one of ``CLIENTS``; the
     measured records' end-to-end p50/p99 and the three servers' CPU per record."""
-    port = rpc_floor._free_port()
+    port = rpc_floor.free_port()
     with tempfile.TemporaryDirectory(prefix="path-floor-") as data:
         servers: list[subprocess.Popen[str]] = []
         try:
             servers.append(_start(["--serve", "leader", "--port", str(port), "--data", f"{data}/leader"]))
             for n in (1, 2):
                 servers.append(_start(["--serve", "follower", "--port", str(port), "--data", f"{data}/follower{n}"]))
-            before = sum(rpc_floor._cpu_s(s.pid) for s in servers)
+            before = sum(rpc_floor.cpu_s(s.pid) for s in servers)
             if client == "threads":
                 latencies = _threaded_client(port, mode, rate, warmup + records)[warmup:]
             else:
                 latencies = asyncio.run(_client(port, mode, rate, warmup + records))[warmup:]
-            cpu_s = sum(rpc_floor._cpu_s(s.pid) for s in servers) - before
+            spent_s = sum(rpc_floor.cpu_s(s.pid) for s in servers) - before
         finally:
             for server in servers:
-                _stop(server)
+                rpc_floor.stop(server)
     if len(latencies) != records:
         raise RuntimeError(f"{len(latencies)} records measured of {records}")
     times = sorted(n / 1e6 for n in latencies)
     return {"p50_ms": percentile(times, 0.50), "p99_ms": percentile(times, 0.99),
-            "server_cpu_us": cpu_s / (warmup + records) * 1e6}  # fmt: skip
+            "server_cpu_us": spent_s / (warmup + records) * 1e6}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -469,17 +466,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rates and --records must be positive, --warmup not negative")
     hop = rpc_floor.measure("tcp-asyncio", 1000, 200, 0.001)
     print(f"this machine's hop (bench.rpc_floor tcp-asyncio): p50 {hop['p50_ms']:.3f} ms", file=sys.stderr)
-    best: dict[str, dict[str, float]] = {}
-    for round_number in range(1, args.repeat + 1):
-        for rate in rates:
-            for client in clients:
-                for mode in modes:
-                    key = f"{client} {mode} {rate}"
-                    figures = measure(mode, rate, args.records, args.warmup, client)
-                    print(f"round {round_number} {key}: " + ", ".join(f"{k} {v:.3f}" for k, v in figures.items()),
-                          file=sys.stderr, flush=True)  # fmt: skip
-                    if key not in best or figures["p50_ms"] < best[key]["p50_ms"]:
-                        best[key] = figures
+    def one(key: str) -> dict[str, float]:
+        client, mode, rate = key.split()
+        return measure(mode, int(rate), args.records, args.warmup, client)
+
+    keys = [f"{client} {mode} {rate}" for rate in rates for client in clients for mode in modes]
+    best = rpc_floor.best_of_rounds(args.repeat, keys, one)
     load = os.getloadavg()
     print(f"{args.records} records of {RECORD_BYTES} B a run (after {args.warmup} not counted); best of "
           f"{args.repeat} rounds by p50; this machine's hop p50 {hop['p50_ms']:.3f} ms; load average "

@@ -211,13 +211,13 @@ CLIENTS: dict[str, Callable[[int, bytes, int, float], list[float]]] = {
 # ------------------------------------------------------------------------------------------ the run
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _cpu_s(pid: int) -> float:
+def cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (Linux ``/proc``)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -226,7 +226,7 @@ def _cpu_s(pid: int) -> float:
 
 def measure(transport: str, round_trips: int, size: int, pace_s: float) -> dict[str, float]:
     """One transport: a fresh server process, a warm-up, then the measured round trips."""
-    port = _free_port()
+    port = free_port()
     kind = SERVERS.get(transport, "grpc")
     server = subprocess.Popen([sys.executable, "-m", "bench.rpc_floor", "--serve", kind, "--port", str(port)],
                               stdout=subprocess.PIPE, text=True)  # fmt: skip
@@ -237,21 +237,42 @@ def measure(transport: str, round_trips: int, size: int, pace_s: float) -> dict[
         client = CLIENTS[transport]
         payload = os.urandom(size)
         client(port, payload, min(200, round_trips), pace_s)  # warm-up: connections, JIT-less caches, the pool
-        server_before, client_before = _cpu_s(server.pid), time.process_time()
+        server_before, client_before = cpu_s(server.pid), time.process_time()
         times = client(port, payload, round_trips, pace_s)
-        client_cpu, server_cpu = time.process_time() - client_before, _cpu_s(server.pid) - server_before
+        client_cpu, server_cpu = time.process_time() - client_before, cpu_s(server.pid) - server_before
     finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
+        stop(server)
     times.sort()
     return {
         "p50_ms": percentile(times, 0.50), "p99_ms": percentile(times, 0.99),
         "client_cpu_us": client_cpu / round_trips * 1e6, "server_cpu_us": server_cpu / round_trips * 1e6,
     }  # fmt: skip
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    """Terminate a server process and reap it (killed when it has not ended 10 s later)."""
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
+def best_of_rounds(
+    repeat: int, keys: list[str], one: Callable[[str], dict[str, float]]
+) -> dict[str, dict[str, float]]:
+    """``one(key)`` for every key in turn, ``repeat`` rounds (each round's figures on stderr); of each key the
+    figures of its round with the lowest ``p50_ms``."""
+    best: dict[str, dict[str, float]] = {}
+    for round_number in range(1, repeat + 1):
+        for key in keys:
+            figures = one(key)
+            print(f"round {round_number} {key}: " + ", ".join(f"{k} {v:.3f}" for k, v in figures.items()),
+                  file=sys.stderr, flush=True)  # fmt: skip
+            if key not in best or figures["p50_ms"] < best[key]["p50_ms"]:
+                best[key] = figures
+    return best
 
 
 def _ratio(value: float, base: float) -> str:
@@ -278,14 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in transports if t not in CLIENTS]
     if unknown:
         parser.error(f"unknown transport(s) {', '.join(unknown)}: choose from {', '.join(TRANSPORTS)}")
-    best: dict[str, dict[str, float]] = {}
-    for round_number in range(1, args.repeat + 1):
-        for transport in transports:
-            figures = measure(transport, args.round_trips, args.bytes, args.pace_ms / 1000)
-            print(f"round {round_number} {transport}: " + ", ".join(f"{k} {v:.3f}" for k, v in figures.items()),
-                  file=sys.stderr, flush=True)  # fmt: skip
-            if transport not in best or figures["p50_ms"] < best[transport]["p50_ms"]:
-                best[transport] = figures
+    best = best_of_rounds(args.repeat, transports,
+                          lambda t: measure(t, args.round_trips, args.bytes, args.pace_ms / 1000))  # fmt: skip
     load = os.getloadavg()
     print(f"{args.round_trips} round trips of {args.bytes} B, {args.pace_ms:g} ms apart; best of {args.repeat} "
           f"rounds by p50; load average {load[0]:.2f} at the end")  # fmt: skip
