@@ -58,6 +58,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bench import rpc_floor
+from common.framing import recv_exactly
 from odradek.perf.stats import percentile
 
 HEAD = struct.Struct(">IB")  # frame length (kind byte and body), kind
@@ -296,20 +297,14 @@ async def _client(port: int, mode: str, rate: int, records: int) -> list[int]:
 
 def _read_frame(sock: socket.socket) -> tuple[int, bytes]:
     """One frame from a blocking socket; ``ConnectionError`` at its end."""
-    head = _read_exactly(sock, HEAD.size)
+    head = recv_exactly(sock, HEAD.size, None)
+    if head is None:
+        raise ConnectionError("the leader closed the connection")
     length, kind = HEAD.unpack(head)
-    return kind, _read_exactly(sock, length - 1)
-
-
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks, left = [], size
-    while left:
-        chunk = sock.recv(left)
-        if not chunk:
-            raise ConnectionError("closed")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+    body = recv_exactly(sock, length - 1, None) if length > 1 else bytearray()
+    if body is None:
+        raise ConnectionError("the leader closed the connection inside a frame")
+    return kind, bytes(body)
 
 
 def _connect(port: int) -> socket.socket:
