@@ -166,12 +166,13 @@ def run(args: argparse.Namespace) -> int:
     )
     options = build_options(args)
     from broker.handlers.describe_cluster import refresh_quorum
-    from broker.resources import raise_open_files_limit
+    from broker.resources import keep_freed_heap, raise_open_files_limit
     from broker.server import BrokerServer
     from log import trace
     from log.errors import LogError
 
     raise_open_files_limit()
+    keep_freed_heap()
 
     stop = StopSignals()  # SIGTERM / SIGINT (common.signals: the handler takes no lock)
     dump_threads_on_sigquit()  # kill -QUIT: every thread's stack to stderr (a JVM's thread dump)

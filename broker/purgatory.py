@@ -56,7 +56,8 @@ class DelayedOperation(ABC):
         self.delay_ms = max(0.0, float(delay_ms))
         self._check_lock = threading.RLock()  # re-entrant: on_complete may take it to read try_complete's work
         self._completion = threading.Lock()  # acquired exactly once: by whoever completes the operation
-        self._done = threading.Event()
+        self._done = False  # guarded by _check_lock; set once completed
+        self._waiter: threading.Event | None = None  # made by the first wait() (most operations have none)
         self._callbacks: list[Callable[[], None]] = []  # run once completed (a long poll's wakeup)
         self._expired = False
         self._purgatory: Purgatory[Any] | None = None
@@ -89,8 +90,11 @@ class DelayedOperation(ABC):
             self.on_complete()
         finally:
             with self._check_lock:
-                self._done.set()
+                self._done = True
+                waiter = self._waiter
                 callbacks, self._callbacks = self._callbacks, []
+            if waiter is not None:
+                waiter.set()
             purgatory = self._purgatory
             if purgatory is not None:
                 purgatory._forget(self)
@@ -121,13 +125,19 @@ class DelayedOperation(ABC):
 
     def wait(self, timeout_s: float | None) -> bool:
         """Block until completed (True) or ``timeout_s`` passes (False)."""
-        return self._done.wait(timeout_s)
+        with self._check_lock:
+            if self._done:
+                return True
+            if self._waiter is None:  # an Event costs ~2 µs: only an operation a thread waits for gets one
+                self._waiter = threading.Event()
+            waiter = self._waiter
+        return waiter.wait(timeout_s)
 
     def add_done_callback(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once completed (at once when already): how an ``asyncio`` long poll waits
         without a thread. It runs on the completing thread and must not block."""
         with self._check_lock:
-            if not self._done.is_set():
+            if not self._done:
                 self._callbacks.append(callback)
                 return
         callback()

@@ -13,6 +13,7 @@ import threading
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from common.clock import Clock
 from log.config import LogConfig
@@ -26,8 +27,7 @@ EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
 LATEST_TIMESTAMP = -1  # ListOffsets: the log end offset
 
 
-@dataclass(frozen=True, slots=True)
-class FetchData:
+class FetchData(NamedTuple):
     """The answer to :meth:`Log.read`: whole batches, unchanged, and where they came from."""
 
     records: bytes  # zero or more whole batches

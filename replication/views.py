@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from log.log_reads import FetchData
 from log.txn_index import AbortedTxn
@@ -32,8 +31,7 @@ class Registration(Protocol):
     def partition_epoch(self) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionRead:
+class PartitionRead(NamedTuple):
     """The answer to :meth:`Partition.read`: whole batches, unchanged, and the partition's offsets."""
 
     data: FetchData
@@ -51,8 +49,7 @@ class PartitionRead:
         return self.data.records
 
 
-@dataclass(frozen=True, slots=True)
-class FetchPosition:
+class FetchPosition(NamedTuple):
     """How far readers may read: ``offset`` (HW for consumers, LEO for followers) and the count of bytes
     appended up to it since the partition was opened (differences say how many bytes arrived)."""
 

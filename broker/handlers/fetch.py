@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from broker.context import BrokerContext
 from broker.delayed_fetch import DelayedFetch, FetchStatus
@@ -54,8 +54,7 @@ MAX_WAIT_CAP_MS = 300_000  # a longer max_wait_ms is cut to this (docs/CONVENTIO
 R = TypeVar("R")
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
+class Target(NamedTuple):
     topic: str
     partition: int
     fetch_offset: int

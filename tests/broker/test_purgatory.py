@@ -192,6 +192,25 @@ def test_completion_runs_exactly_once_under_concurrent_checks_and_expiry() -> No
     assert purgatory.watched("all") == 0
 
 
+def test_wait_returns_for_waiters_before_and_after_completion_and_times_out_before() -> None:
+    """``wait`` makes its event only when a thread waits (an operation nobody waits for has none): a thread
+    waiting before the completion is woken by it, a wait after it returns at once, one before it times out."""
+    op = Counting(1000)
+    assert op.wait(0.01) is False  # not completed: the wait times out
+    woken: list[bool] = []
+    waiter = threading.Thread(target=lambda: woken.append(op.wait(30)))
+    waiter.start()
+    time.sleep(0.05)  # the waiter is (most likely) inside its wait; either way it must see the completion
+    op.ready.set()
+    assert op.safe_try_complete()
+    waiter.join(30)
+    assert woken == [True]
+    assert op.wait(0) is True
+    never_waited = Counting(1000, op.ready)
+    assert never_waited.safe_try_complete()
+    assert never_waited.wait(0) is True
+
+
 def test_force_complete_races_from_many_threads() -> None:
     op = Counting(1000)
     barrier = threading.Barrier(16)
