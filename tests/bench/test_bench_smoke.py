@@ -221,6 +221,17 @@ def test_the_path_floor_bench_runs_every_client_and_mode_and_stops_its_servers()
     assert not left, f"servers left running: {left}"
 
 
+def test_the_leader_cycle_bench_moves_every_record_through_the_leader() -> None:
+    """``tests.bench.leader_cycle``: every cycle's answers come (to both followers, the consumer and the producer;
+    the bench fails otherwise) and the high watermark reaches every record; the figures are sane."""
+    done = run("tests.bench.leader_cycle", ["--cycles", "50", "--repeat", "2", "--json"], 120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    assert doc["cycles"] == 50
+    assert len(doc["runs"]) == 2
+    assert 0 < doc["us_per_cycle"] == min(doc["runs"])
+
+
 def _command_lines() -> list[bytes]:
     lines = []
     for entry in Path("/proc").iterdir():

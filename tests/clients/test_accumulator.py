@@ -475,6 +475,30 @@ def test_wakeup_called_when_a_batch_opens() -> None:
     assert calls == [1]
 
 
+def test_a_new_batch_held_for_the_request_in_flight_does_not_wake_the_sender_and_a_ready_one_does() -> None:
+    """The answer of the request in flight wakes the sender; a batch held for it needs no wake-up of its own.
+    A batch that becomes sendable (a full one behind it, or nothing in flight any more) still wakes it."""
+    calls: list[int] = []
+    clock = ManualClock()
+    acc = RecordAccumulator(batch_size=1000, linger_ms=0, buffer_memory=100_000, compression=0,
+                            delivery_timeout_ms=1000, clock=clock, wakeup=lambda: calls.append(1))  # fmt: skip
+    append(acc)
+    assert calls == [1]  # nothing in flight: the sender sends it
+    acc.drain(leader_of, {1}, 1 << 20, clock.monotonic_ms())
+    append(acc)
+    assert calls == [1]  # held for the answer: no wake-up
+    assert acc.ready(leader_of, clock.monotonic_ms()).nodes == set()
+    while len(acc.queued_batches(T0)) == 1:  # fill it: the record that does not fit closes it and opens another
+        append(acc)
+    assert calls == [1, 1]  # a full batch goes out at once, in flight or not
+    acc.unmute(T0)
+    acc.drain(leader_of, {1}, 1 << 20, clock.monotonic_ms())  # both batches out; the answer of the first comes
+    acc.unmute(T0)
+    acc.unmute(T0)
+    append(acc)
+    assert calls == [1, 1, 1]  # nothing in flight any more: a new batch wakes the sender again
+
+
 def test_a_muted_partition_past_its_delivery_timeout_does_not_make_the_sender_spin() -> None:
     clock = ManualClock()
     acc = make(clock, linger_ms=0, delivery_timeout_ms=1000)
