@@ -1,6 +1,6 @@
 """The leader's own work for one acks=all record at RF 3, in one process with no sockets: CPU microseconds a cycle.
 
-    python -m tests.bench.leader_cycle [--cycles 5000] [--repeat 3] [--profile] [--json]
+    python -m tests.bench.leader_cycle [--cycles 5000] [--repeat 3] [--profile [--sort tottime]] [--json]
 
 A cycle is what the partition's leader does for one record of ``odradek perf e2e`` at 1,000 records/s (the
 followers and the consumer caught up, each fetch parked): a Produce (acks=all, one 100 B record) arrives on a
@@ -14,7 +14,7 @@ Python and file writes without the socket calls, the event loop's wake-ups or ot
 (best of ``--repeat`` runs of ``--cycles``, after as many cycles of warm-up) are a change's CPU on the leader's
 path, measured in seconds with little noise, where ``tests.bench.cpu`` measures the whole cluster for minutes
 (the running leader spends about twice this per record: cold caches, the socket calls, the loop). ``--profile``
-prints the cumulative profile of one more run. Nothing here asserts a speed.
+prints the profile of one more run (by cumulative time, or ``--sort``). Nothing here asserts a speed.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def _data_frame(kind: int, body: bytes) -> bytes:
     return SIZE.pack(len(body) + 1) + bytes((kind,)) + body
 
 
-async def _measure(root: Path, cycles: int, profile: bool) -> tuple[float, Leader]:
+async def _measure(root: Path, cycles: int, profile: bool, sort: str) -> tuple[float, Leader]:
     leader = Leader(root)
     for _ in range(cycles):  # warm-up: caches, the segment's first pages, the purgatories' structures
         leader.cycle()
@@ -180,7 +180,7 @@ async def _measure(root: Path, cycles: int, profile: bool) -> tuple[float, Leade
     elapsed = time.process_time() - started
     if profiler is not None:
         profiler.disable()
-        pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(40)
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats(sort).print_stats(40)
     gc.unfreeze()
     partition = leader.harness.replicas.partition(TOPIC, 0)
     assert partition is not None
@@ -190,10 +190,10 @@ async def _measure(root: Path, cycles: int, profile: bool) -> tuple[float, Leade
     return elapsed / cycles * 1e6, leader
 
 
-def run_once(cycles: int, profile: bool = False) -> float:
+def run_once(cycles: int, profile: bool = False, sort: str = "cumulative") -> float:
     """CPU microseconds per cycle of one run on a fresh leader (its directory removed after)."""
     with tempfile.TemporaryDirectory(prefix="odradek-leader-cycle-") as tmp:
-        us, leader = asyncio.run(_measure(Path(tmp), cycles, profile))
+        us, leader = asyncio.run(_measure(Path(tmp), cycles, profile, sort))
         leader.harness.replicas.shutdown()
         return us
 
@@ -203,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=5000, help="records a run (and as many to warm up)")
     parser.add_argument("--repeat", type=int, default=3, help="runs; the best is reported")
     parser.add_argument("--profile", action="store_true", help="then one more run under cProfile")
+    parser.add_argument("--sort", default="cumulative", choices=("cumulative", "tottime", "ncalls"),
+                        help="the profile's order (default cumulative)")
     parser.add_argument("--json", action="store_true", help="one JSON object as the last line")
     args = parser.parse_args(argv)
     runs = []
@@ -214,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"the leader's CPU per acks=all record at RF 3 (in process, no sockets): {best:.1f} µs "
           f"(best of {args.repeat} runs of {args.cycles} cycles; runs {each})")  # fmt: skip
     if args.profile:
-        run_once(args.cycles, profile=True)
+        run_once(args.cycles, profile=True, sort=args.sort)
     if args.json:
         print(json.dumps({"cycles": args.cycles, "us_per_cycle": best, "runs": runs}))
     return 0
