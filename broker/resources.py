@@ -12,7 +12,7 @@ The allocator: glibc hands the top of a thread's heap back to the system (``madv
 once per record (a socket read allocates a 256 KiB buffer and shrinks it to what came), paying a system call
 and page faults when the memory is touched again (docs/LATENCY.md, "The leader's CPU per record").
 :func:`keep_freed_heap` raises the threshold, and fixes the size from which allocations are mapped on their
-own above those buffers, once at start; Kafka's JVM keeps its heap the same way.
+own above those buffers, once at start (a JVM with a fixed heap, as Kafka's -Xms = -Xmx, keeps its memory too).
 """
 
 from __future__ import annotations
