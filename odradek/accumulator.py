@@ -302,7 +302,7 @@ class RecordAccumulator:
                 raise
             # a new batch held for its partition's request in flight goes out when that answer comes, which
             # wakes the sender itself: waking it now would only make it look and sleep again
-            held = self._held(tp, queue, self._memory_waiters > 0 or self._flushes > 0 or self._closed)
+            held = self._held(tp, queue, self._exhausted())
         if not held:
             self._wakeup()
         return future
@@ -350,7 +350,7 @@ class RecordAccumulator:
         next_check = float("inf")
         unknown = False
         with self._lock:
-            exhausted = self._memory_waiters > 0 or self._flushes > 0 or self._closed
+            exhausted = self._exhausted()
             for tp, queue in self._queues.items():
                 if not queue or not self._may_drain(tp, queue[0]) or self._held(tp, queue, exhausted):
                     continue  # blocked or held: an answer in flight wakes the sender
@@ -369,6 +369,11 @@ class RecordAccumulator:
                 else:
                     next_check = min(next_check, wait)
         return ReadyCheck(nodes, max(next_check, 0.0), unknown, frozenset(leaders))
+
+    def _exhausted(self) -> bool:
+        """Whether every batch is ready now (appends wait for memory, a flush or a close is in progress); the lock
+        is held."""
+        return self._memory_waiters > 0 or self._flushes > 0 or self._closed
 
     def _held(self, tp: TopicPartition, queue: deque[ProducerBatch], exhausted: bool) -> bool:
         """Whether the partition's only batch, still open and never sent, waits for the partition's request in
@@ -411,7 +416,7 @@ class RecordAccumulator:
         drained: dict[int, list[ProducerBatch]] = {}
         sizes: dict[int, int] = {}
         with self._lock:
-            exhausted = self._memory_waiters > 0 or self._flushes > 0 or self._closed
+            exhausted = self._exhausted()
             self._drains += 1
             for tp, queue in self._queues.items():
                 if not queue or not self._may_drain(tp, queue[0]) or self._held(tp, queue, exhausted):

@@ -140,14 +140,14 @@ class Leader:
                                       current_leader_epoch=self.epoch, log_start_offset=-1, last_fetched_epoch=-1)
         request = pb.FetchRequest(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=50 << 20,
                                   topics=[pb.FetchTopic(name=TOPIC, partitions=[partition])])  # fmt: skip
-        self._send("consumer", _data_frame(FETCH, request.SerializeToString()))
+        self._send("consumer", frame(bytes((FETCH,)) + request.SerializeToString()))
 
     def cycle(self) -> None:
         records = build_batch([self.value], timestamp_ms=int(time.time() * 1000))
         data = pb.ProducePartitionData(partition=0, records=records)
         request = pb.ProduceRequest(acks=-1, timeout_ms=30_000, topics=[pb.ProduceTopicData(name=TOPIC,
                                                                                            partitions=[data])])
-        self._send("producer", _data_frame(PRODUCE, request.SerializeToString()))
+        self._send("producer", frame(bytes((PRODUCE,)) + request.SerializeToString()))
         for follower in FOLLOWERS:  # both parked follower fetches were answered by the append
             answer = pb.FetchResponse.FromString(self._answer(f"f{follower}")[SIZE.size :])
             self.follower_end[follower] = answer.topics[0].partitions[0].log_end_offset
@@ -159,10 +159,6 @@ class Leader:
                 raise RuntimeError(f"the {name} was refused: {raw[SIZE.size + 1 :].decode(errors='replace')}")
         self.offset += 1
         self._consumer_fetch()
-
-
-def _data_frame(kind: int, body: bytes) -> bytes:
-    return SIZE.pack(len(body) + 1) + bytes((kind,)) + body
 
 
 async def _measure(root: Path, cycles: int, profile: bool, sort: str) -> tuple[float, Leader]:
