@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.types import TopicPartition
+from spark.planning import DEFAULT_MIN_RECORDS_PER_TASK
 
 EARLIEST = -2  # in offsets JSON, as in Spark's Kafka source
 LATEST = -1
@@ -46,6 +47,7 @@ SOURCE_OPTIONS = (
     "minPartitions",
     "maxRecordsPerPartition",
     "maxPartitions",
+    "minRecordsPerPartition",
     "kafkaConsumer.pollTimeoutMs",
 )
 SINK_OPTIONS = ("bootstrap.servers", "topic", "includeHeaders", "exactlyOnce", "transactionalIdPrefix")
@@ -192,6 +194,7 @@ class SourceOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     max_partitions: int | None = None
+    min_records_per_partition: int = DEFAULT_MIN_RECORDS_PER_TASK
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
 
 
@@ -227,6 +230,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         min_partitions=min_tasks,
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
         max_partitions=max_tasks,
+        min_records_per_partition=_non_negative_int(opts, "minRecordsPerPartition", DEFAULT_MIN_RECORDS_PER_TASK),
         poll_timeout_ms=_positive_int(opts, "kafkaConsumer.pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS,
     )
 
@@ -399,6 +403,15 @@ def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
     if not text.isdigit() or int(text) <= 0:
         raise OptionError(f"{name} must be a positive integer, got {value!r}")
     return int(text)
+
+
+def _non_negative_int(opts: Mapping[str, str], name: str, default: int) -> int:
+    value = opts.get(name.lower())
+    if value is None:
+        return default
+    if not value.strip().isdigit():
+        raise OptionError(f"{name} must be an integer of at least 0, got {value!r}")
+    return int(value.strip())
 
 
 def parse_duration_ms(value: str, name: str = "maxTriggerDelay") -> int:

@@ -18,6 +18,10 @@ Rules, as Spark's Kafka source applies them:
   many tasks, a task reading several ranges (:func:`pack_ranges`; :func:`spark.reading.read_ranges`): a
   Python task costs tens of milliseconds to start, which a micro-batch of a few records per partition pays
   once per task.
+* ``minRecordsPerPartition`` (not in Spark's Kafka source either; default
+  :data:`DEFAULT_MIN_RECORDS_PER_TASK`) packs a small batch into fewer tasks, as Spark's file sources pack
+  small files into one task: a batch of N records runs in at most N / minRecordsPerPartition tasks (at least one)
+  (:func:`task_count`), never fewer than ``minPartitions`` asks for. Large batches keep one task per range.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ from common.clock import Clock
 from odradek.types import TopicPartition
 
 Offsets = dict[TopicPartition, int]
+
+# A task should read at least about as many records as it could in the time a task costs to start (tens of
+# milliseconds for a Python task; the reader decodes a few hundred thousand records a second).
+DEFAULT_MIN_RECORDS_PER_TASK = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +190,26 @@ def _split(r: OffsetRange, parts: int) -> list[OffsetRange]:
     parts = max(1, min(parts, r.size))
     bounds = [r.start + (r.size * i) // parts for i in range(parts + 1)]
     return [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+
+def task_count(
+    ranges: list[OffsetRange],
+    *,
+    min_records_per_task: int,
+    min_partitions: int | None = None,
+    max_partitions: int | None = None,
+) -> int:
+    """How many Spark tasks read ``ranges`` (one batch, after :func:`plan_ranges`): one per range, but a batch
+    of N records in at most N // ``min_records_per_task`` tasks, at least one (0: no such limit), at least
+    ``min_partitions`` (as far as there are ranges), at most ``max_partitions``."""
+    tasks = len(ranges)
+    if min_records_per_task > 0:
+        tasks = min(tasks, max(1, sum(r.size for r in ranges) // min_records_per_task))
+        if min_partitions:
+            tasks = max(tasks, min(min_partitions, len(ranges)))
+    if max_partitions:
+        tasks = min(tasks, max_partitions)
+    return tasks
 
 
 def pack_ranges(

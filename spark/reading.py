@@ -150,8 +150,9 @@ def read_ranges(
     """The records of ``ranges`` as Arrow batches (one per partition and poll), for one Spark task.
 
     The ranges of different partitions are read together: the worker's consumer is assigned all of them, so
-    one fetch per broker carries every partition (``maxPartitions`` packs several into a task). Ranges of a
-    partition that has more than one here are read after the others, one after the other. Offsets that
+    one fetch per broker carries every partition (``minRecordsPerPartition`` and ``maxPartitions`` pack
+    several into a task). Ranges of a partition that has more than one here are read after the others, one
+    after the other. Offsets that
     vanished since planning (retention) follow ``failOnDataLoss``. No progress for
     ``kafkaConsumer.pollTimeoutMs`` (the leader gone for good, say) fails the task with a message naming the
     partition and offsets; Spark then retries it.

@@ -56,6 +56,7 @@ from spark.planning import (
     pack_ranges,
     plan_ranges,
     rate_limit,
+    task_count,
 )
 from spark.reading import OffsetReader, read_range, read_ranges, report_data_loss
 from spark.schema import source_schema
@@ -153,9 +154,15 @@ def _plan(
     ranges = plan_ranges(
         begin, end, min_partitions=options.min_partitions, max_records_per_partition=options.max_records_per_partition
     )
-    if options.max_partitions is None:
+    tasks = task_count(
+        ranges,
+        min_records_per_task=options.min_records_per_partition,
+        min_partitions=options.min_partitions,
+        max_partitions=options.max_partitions,
+    )
+    if tasks >= len(ranges):
         return [OffsetRangePartition(r) for r in ranges]
-    groups = pack_ranges(ranges, options.max_partitions, options.max_records_per_partition)
+    groups = pack_ranges(ranges, tasks, options.max_records_per_partition)
     return [OffsetRangePartition(g[0]) if len(g) == 1 else OffsetRangesPartition(g) for g in groups]
 
 

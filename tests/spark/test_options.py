@@ -69,6 +69,8 @@ def test_a_misspelled_option_is_named_with_a_suggestion() -> None:
         ({**BASE, "startingTimestamp": "yesterday"}, "startingTimestamp must be a timestamp in milliseconds"),
         ({**BASE, "maxPartitions": "0"}, "maxPartitions must be a positive integer"),
         ({**BASE, "minPartitions": "4", "maxPartitions": "2"}, r"minPartitions \(4\) must not exceed maxPartitions"),
+        ({**BASE, "minRecordsPerPartition": "-1"}, "minRecordsPerPartition must be an integer of at least 0, got '-1'"),
+        ({**BASE, "minRecordsPerPartition": "many"}, "minRecordsPerPartition must be an integer of at least 0"),
     ],
 )
 def test_bad_streaming_options_are_errors_that_name_them(options: dict[str, str], message: str) -> None:

@@ -37,7 +37,11 @@ class FakeOffsets(OffsetReader):
 
 
 def make(extra: dict[str, str], earliest: dict, latest: dict) -> tuple[OdradekStreamReader, FakeOffsets, ManualClock]:
-    options = parse_source_options({"bootstrap.servers": "h:1", "subscribepattern": "a|b", **extra}, streaming=True)
+    """A reader over the fake cluster. Small batches are not packed into fewer tasks here unless ``extra`` asks
+    (``minRecordsPerPartition`` 0: one task per range, as in Spark's Kafka source), so each test's tasks are
+    its ranges; the packing has tests of its own below."""
+    given = {"bootstrap.servers": "h:1", "subscribepattern": "a|b", "minrecordsperpartition": "0", **extra}
+    options = parse_source_options(given, streaming=True)
     fake = FakeOffsets(options, earliest, latest)
     clock = ManualClock()
     return OdradekStreamReader(options, clock=clock, offsets=fake), fake, clock
@@ -141,3 +145,41 @@ def test_max_partitions_packs_the_ranges_of_a_micro_batch_into_fewer_tasks() -> 
     assert [type(p) for p in parts] == [OffsetRangePartition, OffsetRangesPartition]
     assert parts[0].value == OffsetRange("a", 0, 0, 30)
     assert parts[1].value == (OffsetRange("a", 1, 0, 10), OffsetRange("b", 0, 0, 25))
+
+
+def plan(extra: dict[str, str], latest: dict[TopicPartition, int]) -> list[object]:
+    """The tasks of a first micro-batch reading every partition from 0 to ``latest``, with the source's
+    defaults but for ``extra`` (no ``minRecordsPerPartition`` unless given)."""
+    given = {"bootstrap.servers": "h:1", "subscribepattern": "a|b", "startingoffsets": "earliest", **extra}
+    options = parse_source_options(given, streaming=True)
+    fake = FakeOffsets(options, dict.fromkeys(latest, 0), latest)
+    reader = OdradekStreamReader(options, clock=ManualClock(), offsets=fake)
+    start = roundtrip(reader.initialOffset())
+    return list(reader.partitions(start, reader.latestOffset(start, ReadAllAvailable())))
+
+
+def test_a_small_micro_batch_is_read_by_one_task_by_default() -> None:
+    parts = plan({}, {A0: 300, A1: 100, B0: 250})
+    assert len(parts) == 1
+    assert isinstance(parts[0], OffsetRangesPartition)
+    assert parts[0].value == (OffsetRange("a", 0, 0, 300), OffsetRange("a", 1, 0, 100), OffsetRange("b", 0, 0, 250))
+
+
+def test_a_batch_is_packed_into_one_task_per_min_records_per_partition_records() -> None:
+    parts = plan({}, {A0: 12_000, A1: 5_000, B0: 4_000})  # 21,000 records: at most 2 tasks of 10,000
+    assert [type(p) for p in parts] == [OffsetRangePartition, OffsetRangesPartition]
+    assert parts[0].value == OffsetRange("a", 0, 0, 12_000)
+    assert parts[1].value == (OffsetRange("a", 1, 0, 5_000), OffsetRange("b", 0, 0, 4_000))
+    large = plan({}, {A0: 30_000, A1: 10_000, B0: 25_000})  # every range large enough: one task each
+    assert [p.value for p in large] == [OffsetRange("a", 0, 0, 30_000), OffsetRange("a", 1, 0, 10_000),
+                                        OffsetRange("b", 0, 0, 25_000)]  # fmt: skip
+    assert len(plan({"minrecordsperpartition": "100"}, {A0: 300, A1: 100, B0: 250})) == 3
+    assert len(plan({"minrecordsperpartition": "0"}, {A0: 3, A1: 1, B0: 2})) == 3  # 0: one task per range
+
+
+def test_min_partitions_and_max_partitions_bound_the_packing() -> None:
+    parts = plan({"minpartitions": "2"}, {A0: 300, A1: 100, B0: 250})
+    assert sorted(len(p.value) if isinstance(p, OffsetRangesPartition) else 1 for p in parts) == [1, 2]
+    split = plan({"minpartitions": "4"}, {A0: 300})  # one partition split into four ranges, kept as four tasks
+    assert [p.value for p in split] == [OffsetRange("a", 0, 75 * i, 75 * (i + 1)) for i in range(4)]
+    assert len(plan({"maxpartitions": "2"}, {A0: 30_000, A1: 10_000, B0: 25_000})) == 2
