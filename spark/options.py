@@ -216,6 +216,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     min_tasks, max_tasks = _positive_int(opts, "minPartitions"), _positive_int(opts, "maxPartitions")
     if min_tasks is not None and max_tasks is not None and min_tasks > max_tasks:
         raise OptionError(f"minPartitions ({min_tasks}) must not exceed maxPartitions ({max_tasks})")
+    min_records = _int_at_least(opts, "minRecordsPerPartition", 0)  # 0 is allowed: one task per range
     delay = opts.get("maxtriggerdelay")
     return SourceOptions(
         client=client,
@@ -230,7 +231,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         min_partitions=min_tasks,
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
         max_partitions=max_tasks,
-        min_records_per_partition=_non_negative_int(opts, "minRecordsPerPartition", DEFAULT_MIN_RECORDS_PER_TASK),
+        min_records_per_partition=DEFAULT_MIN_RECORDS_PER_TASK if min_records is None else min_records,
         poll_timeout_ms=_positive_int(opts, "kafkaConsumer.pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS,
     )
 
@@ -396,22 +397,19 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
+    return _int_at_least(opts, name, 1)
+
+
+def _int_at_least(opts: Mapping[str, str], name: str, minimum: int) -> int | None:
+    """The integer option ``name`` (None when absent), refused below ``minimum`` (0 or 1)."""
     value = opts.get(name.lower())
     if value is None:
         return None
     text = value.strip()
-    if not text.isdigit() or int(text) <= 0:
-        raise OptionError(f"{name} must be a positive integer, got {value!r}")
+    if not text.isdigit() or int(text) < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"
+        raise OptionError(f"{name} must be {what}, got {value!r}")
     return int(text)
-
-
-def _non_negative_int(opts: Mapping[str, str], name: str, default: int) -> int:
-    value = opts.get(name.lower())
-    if value is None:
-        return default
-    if not value.strip().isdigit():
-        raise OptionError(f"{name} must be an integer of at least 0, got {value!r}")
-    return int(value.strip())
 
 
 def parse_duration_ms(value: str, name: str = "maxTriggerDelay") -> int:

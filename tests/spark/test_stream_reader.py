@@ -36,11 +36,14 @@ class FakeOffsets(OffsetReader):
         return out
 
 
-def make(extra: dict[str, str], earliest: dict, latest: dict) -> tuple[OdradekStreamReader, FakeOffsets, ManualClock]:
-    """A reader over the fake cluster. Small batches are not packed into fewer tasks here unless ``extra`` asks
-    (``minRecordsPerPartition`` 0: one task per range, as in Spark's Kafka source), so each test's tasks are
+def make(
+    extra: dict[str, str], earliest: dict, latest: dict, *, one_task_per_range: bool = True
+) -> tuple[OdradekStreamReader, FakeOffsets, ManualClock]:
+    """A reader over the fake cluster. With ``one_task_per_range`` small batches are not packed into fewer tasks
+    unless ``extra`` asks (``minRecordsPerPartition`` 0, as in Spark's Kafka source), so each test's tasks are
     its ranges; the packing has tests of its own below."""
-    given = {"bootstrap.servers": "h:1", "subscribepattern": "a|b", "minrecordsperpartition": "0", **extra}
+    packing = {"minrecordsperpartition": "0"} if one_task_per_range else {}
+    given = {"bootstrap.servers": "h:1", "subscribepattern": "a|b", **packing, **extra}
     options = parse_source_options(given, streaming=True)
     fake = FakeOffsets(options, earliest, latest)
     clock = ManualClock()
@@ -150,10 +153,8 @@ def test_max_partitions_packs_the_ranges_of_a_micro_batch_into_fewer_tasks() -> 
 def plan(extra: dict[str, str], latest: dict[TopicPartition, int]) -> list[object]:
     """The tasks of a first micro-batch reading every partition from 0 to ``latest``, with the source's
     defaults but for ``extra`` (no ``minRecordsPerPartition`` unless given)."""
-    given = {"bootstrap.servers": "h:1", "subscribepattern": "a|b", "startingoffsets": "earliest", **extra}
-    options = parse_source_options(given, streaming=True)
-    fake = FakeOffsets(options, dict.fromkeys(latest, 0), latest)
-    reader = OdradekStreamReader(options, clock=ManualClock(), offsets=fake)
+    given = {"startingoffsets": "earliest", **extra}
+    reader, _, _ = make(given, dict.fromkeys(latest, 0), latest, one_task_per_range=False)
     start = roundtrip(reader.initialOffset())
     return list(reader.partitions(start, reader.latestOffset(start, ReadAllAvailable())))
 
