@@ -236,17 +236,22 @@ class LeaderSession:
             self._reading = frozenset((t.topic, t.partition) for t in targets)
         max_bytes = fetch.response_limit(ctx, view.max_bytes, True)
         starts = fetch.positions(ctx, targets, True)  # before the read: nothing that arrives after is missed
-        response, sizes, failed = fetch.read_partitions(ctx, view.replica_id, targets, max_bytes, view.replica_epoch)
-        # unlike fetch.begin, nothing to read is no answer: the session parks until one of its partitions changes
-        if fetch.answers_now(view, sum(sizes), failed, max_bytes):
-            with self._lock:  # what changed after the read is news for the next answer
-                self._reading = None
-                self._dirty |= self._changed_while_reading
-                self._changed_while_reading = set()
-            fetch.count_out(ctx, targets, sizes, True)
-            return response
+        if fetch.skips_first_read(ctx, view, targets, starts, max_bytes):  # caught up: no read before the wait
+            sizes = [0] * len(targets)
+        else:
+            response, sizes, failed = fetch.read_partitions(ctx, view.replica_id, targets, max_bytes,
+                                                            view.replica_epoch)  # fmt: skip
+            # unlike fetch.begin, nothing to read is no answer: the session parks until one of its partitions
+            # changes
+            if fetch.answers_now(view, sum(sizes), failed, max_bytes):
+                with self._lock:  # what changed after the read is news for the next answer
+                    self._reading = None
+                    self._dirty |= self._changed_while_reading
+                    self._changed_while_reading = set()
+                fetch.count_out(ctx, targets, sizes, True)
+                return response
         op = fetch.delayed_fetch(ctx, view, targets, starts, sizes, max_bytes, True)
-        self._purgatory.try_complete_else_watch(op, op.keys or [self._sentinel])
+        self._purgatory.try_complete_else_watch(op, op.keys or [self._sentinel], first_try=False)
         with self._lock:  # from now on a change completes it (_changed); one since the read did already
             self._parked = op
             woken = self._woken

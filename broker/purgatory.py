@@ -207,15 +207,18 @@ class Purgatory(Generic[Op]):
 
     # --- watching --------------------------------------------------------------------------------
 
-    def try_complete_else_watch(self, op: Op, keys: Iterable[Key]) -> bool:
+    def try_complete_else_watch(self, op: Op, keys: Iterable[Key], *, first_try: bool = True) -> bool:
         """Complete ``op`` now if it can; else watch it under ``keys`` until it completes or expires.
 
         True when ``op`` is completed on return (including over the bound, where it completes at once).
+        ``first_try`` False: the caller has just looked and found it cannot complete (a fetch whose read found
+        nothing), so it is watched at once and tried once after (an event since the caller looked is caught
+        there, as by the second try of the usual order).
         """
         keys = tuple(dict.fromkeys(keys))
         if not keys:
             raise ValueError("an operation is watched under at least one key")
-        if op.safe_try_complete():
+        if first_try and op.safe_try_complete():
             return True
         with self._cond:
             over = self._stopping or len(self._live) >= self.max_operations

@@ -45,7 +45,7 @@ T = TypeVar("T")
 
 
 class IdleFetch(Enum):
-    """What :meth:`PartitionReads.note_idle_follower_fetch` did."""
+    """What :meth:`PartitionReads.note_idle_follower_fetch` and :meth:`PartitionReads.note_caught_up_fetch` did."""
 
     READ = "read"  # nothing: the fetch must read this partition
     UNCHANGED = "unchanged"  # recorded; nothing to send
@@ -307,17 +307,58 @@ class PartitionReads:
         that moved the high watermark (the caller completes what waited for it, and reads to send it).
         Otherwise nothing is done: :attr:`IdleFetch.READ`, the caller reads (and gets the errors)."""
         with self._lock:
+            if self._log.log_start_offset != log_start_offset or self._high_watermark != high_watermark:
+                return IdleFetch.READ
+            return self._note_caught_up(fetch_offset, replica_id, current_leader_epoch, replica_epoch, NO_EPOCH, False)
+
+    def note_caught_up_fetch(
+        self, fetch_offset: int, *, replica_id: int = -1, current_leader_epoch: int = NO_EPOCH,
+        replica_epoch: int = -1, last_fetched_epoch: int = NO_EPOCH, read_committed: bool = False,
+    ) -> IdleFetch:  # fmt: skip
+        """A fetch that will wait when it finds nothing (the long poll), before its first read: when a
+        :meth:`read` with the same arguments would find nothing and raise nothing (this broker leads the
+        partition, the epochs agree, no divergence, and ``fetch_offset`` is where the reader's records end: the
+        log end for followers, the high watermark, or the last stable offset for ``read_committed``, for
+        consumers), it is done without reading the log: a follower's fetch is recorded as :meth:`read` records
+        it (HW4), :attr:`IdleFetch.UNCHANGED`, or :attr:`IdleFetch.HW_MOVED` when that moved the high watermark
+        (the caller completes what waited for it). Otherwise nothing is done: :attr:`IdleFetch.READ`, the caller
+        reads (and gets the records or the errors). The caller's read after the wait answers the fetch, so
+        nothing of the read skipped here reaches the reader."""
+        with self._lock:
+            return self._note_caught_up(fetch_offset, replica_id, current_leader_epoch, replica_epoch,
+                                        last_fetched_epoch, read_committed)  # fmt: skip
+
+    def _note_caught_up(
+        self, fetch_offset: int, replica_id: int, current_leader_epoch: int, replica_epoch: int,
+        last_fetched_epoch: int, read_committed: bool,
+    ) -> IdleFetch:  # fmt: skip
+        """Under the lock: :meth:`note_caught_up_fetch` (``last_fetched_epoch`` as :meth:`read` checks it)."""
+        if self._role is not Role.LEADER or (current_leader_epoch not in (NO_EPOCH, self._leader_epoch)):
+            return IdleFetch.READ
+        log = self._log
+        if replica_id >= 0:
             state = self._leader_state
             if (
-                state is None or self._role is not Role.LEADER or self._leader_epoch != current_leader_epoch
-                or replica_id not in self._replicas or replica_id == self.local_broker_id
-                or self._log.log_end_offset != fetch_offset or self._log.log_start_offset != log_start_offset
-                or self._high_watermark != high_watermark
+                state is None or replica_id not in self._replicas or replica_id == self.local_broker_id
+                or log.log_end_offset != fetch_offset
             ):  # fmt: skip
                 return IdleFetch.READ
-            moved = state.on_follower_fetch(replica_id, fetch_offset, self._clock.monotonic_ms(), replica_epoch)
-            self._sync_high_watermark()
-            return IdleFetch.HW_MOVED if moved else IdleFetch.UNCHANGED
+        else:
+            state = None
+            end = log.last_stable_offset(self._high_watermark) if read_committed else self._high_watermark
+            if fetch_offset != end:
+                return IdleFetch.READ
+        if fetch_offset < log.log_start_offset:
+            return IdleFetch.READ  # out of range: the read raises it
+        if last_fetched_epoch >= 0:
+            found = log.end_offset_for(last_fetched_epoch)
+            if found.leader_epoch < last_fetched_epoch or found.end_offset < fetch_offset:
+                return IdleFetch.READ  # diverging: the read answers where
+        if state is None:
+            return IdleFetch.UNCHANGED
+        moved = state.on_follower_fetch(replica_id, fetch_offset, self._clock.monotonic_ms(), replica_epoch)
+        self._sync_high_watermark()
+        return IdleFetch.HW_MOVED if moved else IdleFetch.UNCHANGED
 
     def read_slice(
         self, fetch_offset: int, max_bytes: int, *, current_leader_epoch: int = NO_EPOCH, min_one_batch: bool = True

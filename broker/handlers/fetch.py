@@ -18,6 +18,9 @@ and no records (KIP-320; ``Partition.read``).
 The answer is immediate when ``max_wait_ms`` <= 0, the data reaches ``min_bytes``, any partition has an
 error, or there is nothing to fetch; otherwise a :class:`~broker.delayed_fetch.DelayedFetch` waits (its
 docstring lists when it completes; ``max_wait_ms`` is capped at 300 s) and the partitions are read again.
+A fetch that will wait and whose every partition is caught up (its fetch offset is the log end for a follower,
+the high watermark or last stable offset for a consumer: :func:`skips_first_read`) does not read before it
+waits: that read would find nothing, and the read after the wait answers it.
 The gRPC service waits without a thread (:func:`begin_grpc`, then :func:`finish` once the operation
 completed: ``broker.service``); :func:`handle` does it all on the calling thread.
 
@@ -44,6 +47,7 @@ from broker.handlers.common import local_partition
 from log import trace
 from log.errors import OffsetOutOfRangeError
 from proto import broker_pb2 as pb
+from replication.partition_reads import IdleFetch
 from replication.views import FetchPosition
 
 WAIT_SLACK_S = 5.0
@@ -160,12 +164,15 @@ def begin(
         for p in topic.partitions
     ]
     starts = positions(ctx, targets, for_replica)  # before the read: nothing that arrives after is missed
-    response, sizes, failed = read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
-    if answers_now(request, sum(sizes), failed, max_bytes) or not targets:
-        count_out(ctx, targets, sizes, for_replica)
-        return response
+    if skips_first_read(ctx, request, targets, starts, max_bytes):
+        sizes = [0] * len(targets)
+    else:
+        response, sizes, failed = read_all(ctx, request.replica_id, targets, max_bytes, request.replica_epoch)
+        if answers_now(request, sum(sizes), failed, max_bytes) or not targets:
+            count_out(ctx, targets, sizes, for_replica)
+            return response
     op = delayed_fetch(ctx, request, targets, starts, sizes, max_bytes, for_replica)
-    ctx.replicas.fetch_purgatory.try_complete_else_watch(op, op.keys)
+    ctx.replicas.fetch_purgatory.try_complete_else_watch(op, op.keys, first_try=False)  # the read (or the look) was the first try
     return PendingFetch(op, request.replica_id, request.replica_epoch, targets, max_bytes, read_all, sent)
 
 
@@ -180,6 +187,33 @@ def answers_now(request: Any, total: int, failed: bool, max_bytes: int) -> bool:
     """Whether the first read is the answer: no wait asked, ``min_bytes`` or the response's limit reached by its
     ``total`` bytes, or a partition failed (an error or a diverging epoch answers at once)."""
     return request.max_wait_ms <= 0 or total >= request.min_bytes or failed or total >= max_bytes
+
+
+def skips_first_read(
+    ctx: BrokerContext, request: Any, targets: list[Target], starts: list[FetchPosition | None], max_bytes: int
+) -> bool:  # fmt: skip
+    """Whether a fetch can wait without its first read: it waits when it finds nothing (``max_wait_ms`` and
+    ``min_bytes`` above 0), and every target would find nothing and raise nothing
+    (``Partition.note_caught_up_fetch``, which records a follower's fetch as the read would; a high watermark
+    that moved completes what waited for it, as after a read). ``starts``: the targets' positions, taken before.
+    A partition that would be read ends the look (False): the caller reads them all, and a follower's fetch
+    of the partitions looked at before is recorded a second time, as a fetch at the same offset."""
+    if answers_now(request, 0, False, max_bytes) or not targets or None in starts:
+        return False
+    for target in targets:
+        partition = ctx.replicas.partition(target.topic, target.partition)
+        if partition is None:
+            return False
+        outcome = partition.note_caught_up_fetch(
+            target.fetch_offset, replica_id=request.replica_id, current_leader_epoch=target.current_leader_epoch,
+            replica_epoch=request.replica_epoch, last_fetched_epoch=target.last_fetched_epoch,
+            read_committed=target.read_committed,
+        )  # fmt: skip
+        if outcome is IdleFetch.READ:
+            return False
+        if outcome is IdleFetch.HW_MOVED:
+            high_watermark_moved(ctx, target.topic, target.partition, partition.high_watermark, request.replica_id)
+    return True
 
 
 def delayed_fetch(

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
 from broker.handlers import fetch, produce
 from log.record import build_batch, iter_batches
 from proto import broker_pb2 as pb
+from replication.partition import Partition
 from tests.broker.cluster import wait_for
 from tests.broker.conftest import START_MS, BrokerHarness, batch
 from tests.broker.test_produce_handler import answer, produce_request
@@ -294,3 +296,79 @@ def test_nothing_to_read_is_a_caught_up_fetch(harness: BrokerHarness) -> None:
     assert not fetch.nothing_to_read(harness.ctx, fetch_request([]))
     many = fetch_request([("t", 0, 2)] * (fetch.INLINE_CHECK_MAX_PARTITIONS + 1))
     assert not fetch.nothing_to_read(harness.ctx, many)
+
+
+@pytest.fixture
+def partition_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The fetch offsets of every ``Partition.read`` from now on (the real read runs)."""
+    offsets: list[int] = []
+    real = Partition.read
+
+    def counted(self: Partition, fetch_offset: int, *args: Any, **kwargs: Any) -> Any:
+        offsets.append(fetch_offset)
+        return real(self, fetch_offset, *args, **kwargs)
+
+    monkeypatch.setattr(Partition, "read", counted)
+    return offsets
+
+
+def test_a_caught_up_consumer_waits_without_a_first_read(harness: BrokerHarness, partition_reads: list[int]) -> None:
+    """``fetch.skips_first_read``: a consumer at the high watermark that will wait is not read before it waits
+    (that read finds nothing); the read after the wait answers it. One below the high watermark is read."""
+    harness.create_topic("t")
+    append(harness, batch([b"a"]))
+    started = fetch.begin_grpc(harness.ctx, fetch_request([("t", 0, 1)], max_wait_ms=60_000))
+    assert isinstance(started, fetch.PendingFetch)
+    assert partition_reads == []
+    records = batch([b"b"])
+    append(harness, records)
+    assert started.op.wait(10)
+    result = part(fetch.finish_grpc(harness.ctx, started))
+    assert partition_reads == [1]
+    assert (result.records[61:], result.high_watermark, result.error.code) == (records[61:], 2, "")
+
+    behind = fetch.begin_grpc(harness.ctx, fetch_request([("t", 0, 0)], max_wait_ms=60_000))
+    assert isinstance(behind, pb.FetchResponse)  # records at once: one read
+    assert partition_reads == [1, 0]
+    assert len(part(behind).records) > len(records)
+
+
+def test_a_caught_up_fetch_with_an_error_is_read_and_answered_at_once(
+    harness: BrokerHarness, partition_reads: list[int]
+) -> None:  # fmt: skip
+    harness.create_topic("t")
+    epoch = harness.partition("t").leader_epoch
+    started = fetch.begin_grpc(harness.ctx, fetch_request([("t", 0, 0)], max_wait_ms=60_000, epoch=epoch + 1))
+    assert isinstance(started, pb.FetchResponse)
+    assert part(started).error.code == "UNKNOWN_LEADER_EPOCH"
+    assert partition_reads == [0]
+    assert harness.replicas.fetch_purgatory.size == 0
+
+
+def test_a_caught_up_follower_moves_the_high_watermark_without_a_read(
+    harness: BrokerHarness, partition_reads: list[int]
+) -> None:  # fmt: skip
+    """A follower's fetch at the log end that will wait is recorded without a read (HW4): the high watermark
+    moves and completes the acks=all produce and the consumer waiting for it; the fetch itself waits for the
+    next records."""
+    harness.register(1)
+    harness.create_topic("t", replicas=[0, 1], isr=[0, 1])
+    consumer = fetch.begin_grpc(harness.ctx, fetch_request([("t", 0, 0)], max_wait_ms=60_000))
+    assert isinstance(consumer, fetch.PendingFetch)
+    started = produce.begin(harness.ctx, produce_request("t", batch([b"a"]), acks=-1, timeout_ms=60_000))
+    assert isinstance(started, produce.PendingProduce)
+    fetch.handle(harness.ctx, follower_request(harness, 0))  # the follower reads the record (a read)
+    assert partition_reads == [0]
+    waiting = follower_request(harness, 1)
+    waiting.max_wait_ms = 60_000
+    follower = fetch.begin_grpc(harness.ctx, waiting)
+    assert isinstance(follower, fetch.PendingFetch)
+    assert partition_reads == [0]  # no read for the report ...
+    assert harness.partition("t").high_watermark == 1  # ... which moved the high watermark
+    assert consumer.op.is_completed
+    assert not answer(produce.finish(started)).error.code
+    assert not follower.op.is_completed
+    append(harness, batch([b"b"]))
+    assert follower.op.wait(10)
+    assert part(fetch.finish_grpc(harness.ctx, follower)).records
+    assert part(fetch.finish_grpc(harness.ctx, consumer)).records

@@ -231,3 +231,38 @@ def test_full_fetches_on_one_connection_make_the_session_what_they_name(cluster:
     assert len(session) == 2
     assert [purgatory.listeners((t, 0)) for t in TOPICS] == [1, 1, 0]
     assert answers(finish(cluster, session, begin(cluster, session, request(cluster, 1)))) == {}
+
+
+def test_a_caught_up_report_parks_without_a_read(cluster: BrokerHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower naming a partition at its log end (its report of what it now has) is recorded without a read
+    (``fetch.skips_first_read``), which moves the high watermark; the fetch parks, and the next append wakes it
+    and is read. A report that comes with news elsewhere is read whole and answered at once."""
+    session = caught_up_session(cluster)
+    append(cluster, "c")
+    assert answers(finish(cluster, session, begin(cluster, session, request(cluster, 2))))["c"].records
+    read = fetch.read_partitions
+    reads: list[list[str]] = []
+
+    def counted(ctx: object, replica_id: int, targets: list[fetch.Target], *args: object, **kwargs: object) -> object:
+        reads.append([t.topic for t in targets])
+        return read(ctx, replica_id, targets, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fetch, "read_partitions", counted)
+    parked = begin(cluster, session, request(cluster, 3, {"c": 2}, max_wait_ms=30_000))
+    assert isinstance(parked, fetch.PendingFetch)
+    assert reads == []
+    assert cluster.partition("c").high_watermark == 2
+    append(cluster, "c")
+    woken = answers(finish(cluster, session, parked, within_s=2.0))
+    assert reads == [["c"]]
+    assert woken["c"].records
+    assert woken["c"].log_end_offset == 3
+
+    append(cluster, "b")  # news on b, and c reported at its end: one read of both, answered at once
+    both = begin(cluster, session, request(cluster, 4, {"c": 3}, max_wait_ms=30_000))
+    assert isinstance(both, pb.FetchResponse)
+    assert sorted(reads[1]) == ["b", "c"]
+    told = answers(finish(cluster, session, both))
+    assert told["b"].records
+    assert not told["c"].records
+    assert cluster.partition("c").high_watermark == 3

@@ -129,6 +129,23 @@ def test_the_second_try_after_watching_catches_an_event_in_between() -> None:
     assert purgatory.size == 0
 
 
+def test_without_a_first_try_an_operation_is_watched_then_tried_once() -> None:
+    """``first_try=False`` (the caller just looked, as a fetch's read did): one try, after the watch, so an event
+    since the caller looked completes it; one that cannot complete waits with no second try."""
+    purgatory: Purgatory[Counting] = Purgatory("test", ManualClock(), 10)
+    waiting = Counting(1000)
+    assert not purgatory.try_complete_else_watch(waiting, ["k"], first_try=False)
+    assert (waiting.tries, purgatory.watched("k")) == (1, 1)
+    ready = Counting(1000)
+    ready.ready.set()  # the event came after the caller looked
+    assert purgatory.try_complete_else_watch(ready, ["k"], first_try=False)
+    assert (ready.tries, ready.completions, ready.expired) == (1, 1, False)
+    assert purgatory.watched("k") == 1  # it left the key it was watched under
+    waiting.ready.set()
+    assert purgatory.check_and_complete("k") == 1
+    assert purgatory.size == 0
+
+
 def test_over_the_bound_an_operation_answers_at_once() -> None:
     purgatory: Purgatory[Counting] = Purgatory("test", ManualClock(), 2)
     first, second, third = Counting(1000), Counting(1000), Counting(1000)
