@@ -172,7 +172,7 @@ def begin(
             count_out(ctx, targets, sizes, for_replica)
             return response
     op = delayed_fetch(ctx, request, targets, starts, sizes, max_bytes, for_replica)
-    ctx.replicas.fetch_purgatory.try_complete_else_watch(op, op.keys, first_try=False)  # the read (or the look) was the first try
+    ctx.replicas.fetch_purgatory.try_complete_else_watch(op, op.keys, first_try=False)  # the first read was its try
     return PendingFetch(op, request.replica_id, request.replica_epoch, targets, max_bytes, read_all, sent)
 
 
