@@ -43,6 +43,9 @@ from tests.broker.conftest import BrokerHarness
 
 TOPIC = "t"
 FOLLOWERS = (1, 2)
+# every parked fetch is answered within its cycle; a long wait keeps a slow run (under valgrind:
+# tests.bench.leader_instructions) from expiring one, which the bench, never running its event loop, would not answer
+MAX_WAIT_MS = 30_000
 LISTENER = "PLAINTEXT"  # the harness's listener: both framed listeners take its (plaintext) protocol
 
 
@@ -129,8 +132,8 @@ class Leader:
         partitions = [pb.FetchPartition(partition=0, fetch_offset=end, current_leader_epoch=self.epoch,
                                         partition_max_bytes=1 << 20, log_start_offset=0, last_fetched_epoch=-1)]
         request = pb.FetchRequest(
-            replica_id=follower, replica_epoch=self.harness.broker_epoch(follower), max_wait_ms=500, min_bytes=1,
-            max_bytes=10 << 20, topics=[pb.FetchTopic(name=TOPIC, partitions=partitions)] if named else [],
+            replica_id=follower, replica_epoch=self.harness.broker_epoch(follower), max_wait_ms=MAX_WAIT_MS,
+            min_bytes=1, max_bytes=10 << 20, topics=[pb.FetchTopic(name=TOPIC, partitions=partitions)] if named else [],
             session_epoch=session_epoch, forgotten=forgotten_topics(forgotten),
         )  # fmt: skip
         self._send(f"f{follower}", frame(request.SerializeToString()))
@@ -138,7 +141,7 @@ class Leader:
     def _consumer_fetch(self) -> None:
         partition = pb.FetchPartition(partition=0, fetch_offset=self.offset, partition_max_bytes=1 << 20,
                                       current_leader_epoch=self.epoch, log_start_offset=-1, last_fetched_epoch=-1)
-        request = pb.FetchRequest(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=50 << 20,
+        request = pb.FetchRequest(replica_id=-1, max_wait_ms=MAX_WAIT_MS, min_bytes=1, max_bytes=50 << 20,
                                   topics=[pb.FetchTopic(name=TOPIC, partitions=[partition])])  # fmt: skip
         self._send("consumer", frame(bytes((FETCH,)) + request.SerializeToString()))
 

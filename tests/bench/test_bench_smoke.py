@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.bench import leader_instructions
 from tests.bench.breakdown import STAGES, TOTALS
 from tests.bench.compare import WORKLOADS
 from tests.bench.systems import OdradekCluster, find_binary, install_packages, peer_workload
@@ -230,6 +231,27 @@ def test_the_leader_cycle_bench_moves_every_record_through_the_leader() -> None:
     assert doc["cycles"] == 50
     assert len(doc["runs"]) == 2
     assert 0 < doc["us_per_cycle"] == min(doc["runs"])
+
+
+def test_the_leader_instructions_bench_counts_a_cycle_under_callgrind() -> None:
+    """``tests.bench.leader_instructions``: the cycle bench runs under valgrind (installed when missing) at two
+    lengths, and the difference per cycle is what is reported (the start-up cancels out)."""
+    done = run("tests.bench.leader_instructions", ["--short", "2", "--long", "6", "--json"], 600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (doc["short"], doc["long"]) == (2, 6)
+    assert 100_000 < doc["per_cycle"]["this"] < 100_000_000  # a cycle is millions of instructions, not the start-up
+
+
+def test_the_instructions_of_a_cycle_are_the_difference_of_two_runs() -> None:
+    assert leader_instructions.instructions("==1== Collected : 12\n==1== \n==1== I   refs:      4,314,428,857\n") == (
+        4_314_428_857
+    )
+    with pytest.raises(ValueError, match="no 'I refs'"):
+        leader_instructions.instructions("==1== Events    : Ir\n")
+    assert leader_instructions.per_cycle((150, 4_000_000_000), (400, 5_000_000_000)) == 2_000_000  # 500 cycles more
+    with pytest.raises(ValueError, match="must be longer"):
+        leader_instructions.per_cycle((400, 1), (150, 2))
 
 
 def _command_lines() -> list[bytes]:
