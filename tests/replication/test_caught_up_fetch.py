@@ -4,40 +4,16 @@ caught-up time of ISR1). Every case is checked against what ``Partition.read`` d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from common.clock import ManualClock
 from log.config import LogConfig
 from log.log import Log
-from log.record import build_batch
 from replication.partition import Partition
 from replication.partition_reads import IdleFetch
 from tests.broker.test_partition import Reg
-from tests.replication.test_partition_transactions import Coordinator, txn_batch
-
-T0 = 1_700_000_000_000
-LAG_MS = 1_000.0
-
-
-def records(n: int) -> bytes:
-    return build_batch([b"x"] * n, timestamp_ms=T0)
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def leader(tmp_path: Path, clock: ManualClock) -> Iterator[Partition]:
-    """Broker 0 leading an RF 3 partition in epoch 1."""
-    p = Partition("id", "t", 0, Log.open(tmp_path / "leader", LogConfig(), clock), 0, clock)
-    assert p.make_leader(Reg((0, 1, 2), (0, 1, 2), 0, leader_epoch=1, partition_epoch=1))
-    yield p
-    p.close()
+from tests.replication.test_partition_replication import LAG_MS, records
+from tests.replication.test_partition_transactions import T0, Coordinator, txn_batch
 
 
 def read_finds_nothing(p: Partition, fetch_offset: int, **kwargs: object) -> bool:

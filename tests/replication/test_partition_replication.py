@@ -25,19 +25,6 @@ def records(n: int) -> bytes:
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def leader(tmp_path: Path, clock: ManualClock) -> Iterator[Partition]:
-    p = Partition("id", "t", 0, Log.open(tmp_path / "leader", LogConfig(), clock), 0, clock)
-    assert p.make_leader(Reg((0, 1, 2), (0, 1, 2), 0, leader_epoch=1, partition_epoch=1))
-    yield p
-    p.close()
-
-
-@pytest.fixture
 def follower(tmp_path: Path, clock: ManualClock) -> Iterator[Partition]:
     p = Partition("id", "t", 0, Log.open(tmp_path / "follower", LogConfig(), clock), 1, clock)
     assert p.make_follower(Reg((0, 1, 2), (0, 1, 2), 0, leader_epoch=1, partition_epoch=1))
