@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.bench.systems import tree_python
 from tests.support.apt import apt_install
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,8 +44,7 @@ class Tree:
 
     @property
     def python(self) -> str:
-        own = self.path / ".venv" / "bin" / "python"
-        return str(own) if own.exists() else sys.executable
+        return tree_python(self.path)
 
 
 def instructions(output: str) -> int:

@@ -95,6 +95,12 @@ def stop_processes(processes: Sequence[subprocess.Popen[bytes]]) -> None:
             p.wait(10)
 
 
+def tree_python(tree: Path) -> str:
+    """The interpreter that runs the checkout at ``tree``: its own ``.venv``'s when it has one, else this one."""
+    own = tree / ".venv" / "bin" / "python"
+    return str(own) if own.exists() else sys.executable
+
+
 class OdradekCluster:
     """``odradek up`` with ``controllers`` + ``brokers``; topics made with :meth:`create_topic`. ``bootstrap``
     is its gRPC bootstrap servers (Odradek's clients), ``kafka_bootstrap`` its brokers' Kafka listeners (any
@@ -110,8 +116,7 @@ class OdradekCluster:
         self.env = cli_env(root / "state", **(extra_env or {}))
         self.python, self.cwd = sys.executable, tree
         if tree is not None:
-            own = tree / ".venv" / "bin" / "python"
-            self.python = str(own) if own.exists() else sys.executable
+            self.python = tree_python(tree)
             self.env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [self.env.get("PYTHONPATH")])])
         args = ["--controllers", str(controllers), "--brokers", str(brokers),
                 "--base-port", str(free_base_port(controllers, brokers)), "--no-metrics"]  # fmt: skip
