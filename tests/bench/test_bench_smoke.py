@@ -247,6 +247,27 @@ def test_the_instructions_of_a_cycle_are_the_difference_of_two_runs() -> None:
         leader_instructions.per_cycle((400, 1), (150, 2))
 
 
+def test_a_peer_run_that_misses_records_fails(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``tests.bench.peers``, as ``odradek perf``: a consume or e2e run whose consumer saw fewer records than were
+    sent exits 1 and says how many were missed (it printed its figures as a success before: a CI run's Redis
+    e2e, which skipped a record, failed only on the test's count)."""
+    from tests.bench import peers
+
+    def short(args: Any) -> dict[str, Any]:
+        return peers.document(49, 49 * 100, 0.05, None, sent=args.num_records)
+
+    for workload in ("consume", "e2e"):
+        monkeypatch.setitem(peers.WORKLOADS, ("redis", workload), short)
+        assert peers.main(["redis", workload, "--servers", "127.0.0.1:1", "--stream", "s", "--num-records", "50"]) == 1
+        out, err = capsys.readouterr()
+        assert json.loads(out)["records"] == 49
+        assert "1 of 50 records never reached the consumer" in err
+    monkeypatch.setitem(peers.WORKLOADS, ("redis", "consume"), lambda args: peers.document(50, 5000, 0.05, None))
+    assert peers.main(["redis", "consume", "--servers", "127.0.0.1:1", "--stream", "s", "--num-records", "50"]) == 0
+
+
 def _command_lines() -> list[bytes]:
     lines = []
     for entry in Path("/proc").iterdir():
