@@ -193,7 +193,8 @@ class Purgatory(Generic[Op]):
         self.name = name
         self.max_operations = max_operations
         self._clock = clock
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # taken directly: ``with`` on the Condition adds a Python call each time
+        self._cond = threading.Condition(self._lock)  # the reaper's wait for the next deadline
         self._watchers: dict[Key, dict[int, Op]] = {}
         self._live: dict[int, Op] = {}
         self._timer = DeadlineHeap()
@@ -220,7 +221,7 @@ class Purgatory(Generic[Op]):
             raise ValueError("an operation is watched under at least one key")
         if first_try and op.safe_try_complete():
             return True
-        with self._cond:
+        with self._lock:
             over = self._stopping or len(self._live) >= self.max_operations
             if not over:
                 op._purgatory = self
@@ -234,7 +235,7 @@ class Purgatory(Generic[Op]):
             return op.expire() or True
         if op.safe_try_complete():  # an event between the first try and the watch
             return True
-        with self._cond:
+        with self._lock:
             if not op.is_completed:
                 deadline = self._clock.monotonic_ms() + op.delay_ms
                 self._timer.add(op, deadline)
@@ -245,7 +246,7 @@ class Purgatory(Generic[Op]):
     def check_and_complete(self, key: Key) -> int:
         """Every operation watching ``key`` tries to complete, then every listener of ``key`` hears of it;
         returns how many operations completed."""
-        with self._cond:
+        with self._lock:
             watching = self._watchers.get(key)
             ops = list(watching.values()) if watching else ()
             heard = self._listeners.get(key)
@@ -262,16 +263,16 @@ class Purgatory(Generic[Op]):
         """Call ``listener(key)`` after each :meth:`check_and_complete` of ``key`` until :meth:`unlisten` with
         the same ``token`` (a fetch session's interest in its partitions: ``broker.fetch_session``). It runs
         on the thread that made the change, never under this purgatory's lock, and must be short."""
-        with self._cond:
+        with self._lock:
             self._listeners.setdefault(key, {})[token] = listener
 
     def listeners(self, key: Key) -> int:
         """How many listen to ``key`` now."""
-        with self._cond:
+        with self._lock:
             return len(self._listeners.get(key, ()))
 
     def unlisten(self, key: Key, token: int) -> None:
-        with self._cond:
+        with self._lock:
             heard = self._listeners.get(key)
             if heard is not None:
                 heard.pop(token, None)
@@ -280,7 +281,7 @@ class Purgatory(Generic[Op]):
 
     def _forget(self, op: DelayedOperation) -> None:
         """A completed operation leaves the watcher lists (called by the operation, never under our lock)."""
-        with self._cond:
+        with self._lock:
             if self._live.pop(id(op), None) is None:
                 return
             for key in op._keys:
@@ -296,20 +297,20 @@ class Purgatory(Generic[Op]):
         return len(self._live)
 
     def watched(self, key: Key) -> int:
-        with self._cond:
+        with self._lock:
             return len(self._watchers.get(key, ()))
 
     # --- the timer -------------------------------------------------------------------------------
 
     def expire_due(self) -> int:
         """Expire every operation whose deadline passed by the clock; returns how many this call expired."""
-        with self._cond:
+        with self._lock:
             due = self._timer.pop_due(self._clock.monotonic_ms())
             self._timer.purge(len(self._live))
         return sum(1 for op in due if op.expire())
 
     def next_deadline_ms(self) -> float | None:
-        with self._cond:
+        with self._lock:
             return self._timer.next_deadline()
 
     def start(self) -> None:
@@ -320,7 +321,7 @@ class Purgatory(Generic[Op]):
 
     def _reap(self) -> None:
         while True:
-            with self._cond:
+            with self._lock:
                 if self._stopping:
                     return
                 deadline = self._timer.next_deadline()
@@ -339,7 +340,7 @@ class Purgatory(Generic[Op]):
 
     def shutdown(self) -> None:
         """Stop the reaper and complete every waiting operation now (each answers with what there is)."""
-        with self._cond:
+        with self._lock:
             self._stopping = True
             self._cond.notify_all()
             ops = list(self._live.values())

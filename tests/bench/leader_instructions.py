@@ -7,7 +7,8 @@ next on a shared 2-core machine: a change of a few percent on the leader's path 
 instructions instead (valgrind's callgrind, ``I refs``), which repeat to within a fraction of a percent. Each
 checkout runs the cycle bench twice under callgrind, with ``--short`` and ``--long`` cycles (each run does as
 many cycles again to warm up), and the difference of the two counts over the difference of the cycles is
-the instructions of one cycle: the interpreter's start, the imports and the set-up cancel out. ``--tree
+the instructions of one cycle: the interpreter's start, the imports and the set-up cancel out (each checkout
+runs the bench once outside valgrind first, so that no counted run compiles bytecode). ``--tree
 NAME:PATH`` adds the checkout at PATH (run with its own ``.venv`` when it has one), so a change is measured
 against its base in one run; the runs go two at a time (one per core). Under callgrind a cycle takes ~50
 times as long (a run of 400 cycles ~1.5 min). An instruction is not a microsecond (cache misses, system calls,
@@ -75,6 +76,16 @@ def count(tree: Tree, cycles: int) -> int:
     return instructions(done.stderr)
 
 
+def warm(tree: Tree) -> None:
+    """One short ``leader_cycle`` run in ``tree`` outside valgrind, so that its modules' bytecode is compiled
+    and cached before the counted runs: in a fresh checkout both counted runs compiled it, each for itself,
+    and the compilation (~14 G instructions) swamped the difference of the two."""
+    argv = [tree.python, "-m", "tests.bench.leader_cycle", "--cycles", "5", "--repeat", "1"]
+    done = subprocess.run(argv, cwd=tree.path, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{tree.name}: leader_cycle --cycles 5 failed ({done.returncode}): {done.stderr[-500:]}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.leader_instructions",
                                      description=__doc__.split("\n")[0])  # fmt: skip
@@ -100,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         if why is not None:
             print(f"cannot count instructions without valgrind: {why}", file=sys.stderr)
             return 2
+    try:
+        for tree in trees:
+            warm(tree)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        print(f"a warm-up run failed: {exc}", file=sys.stderr)
+        return 1
     jobs = [(tree, cycles) for tree in trees for cycles in (args.short, args.long)]
     started = time.monotonic()
     print(f"{len(jobs)} runs under callgrind, two at a time ({args.short} and {args.long} cycles per checkout)",
@@ -119,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         tree.name: per_cycle((args.short, refs[(tree.name, args.short)]), (args.long, refs[(tree.name, args.long)]))
         for tree in trees
     }
+    wrong = {name: value for name, value in results.items() if value <= 0}
+    if wrong:  # the long run counted no more than the short one: something else ran in one of them
+        print(f"the runs disagree: {', '.join(f'{n} {v / 1e6:.3f} M a cycle' for n, v in wrong.items())}",
+              file=sys.stderr)  # fmt: skip
+        return 1
     baseline = results["this"]
     print("the leader's instructions per acks=all record at RF 3 (tests.bench.leader_cycle under callgrind; "
           f"{args.short} and {args.long} cycles)")  # fmt: skip
