@@ -204,6 +204,25 @@ def test_the_rpc_floor_bench_measures_every_transport() -> None:
     assert any(line.startswith("tcp-asyncio-protocol ") for line in table)
 
 
+def test_the_wakeup_cost_bench_measures_every_case_and_reaps_its_children() -> None:
+    """``bench.wakeup_cost``: a send to a sleeping and to a spinning child process, and a thread's wake-up; every
+    figure present and sane, the children gone (each is reaped or killed before the run ends)."""
+    before = {line for line in _command_lines() if b"bench.wakeup_cost" in line}
+    done = run("bench.wakeup_cost", ["--count", "30", "--pace-ms", "0.2", "--json"], 120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    assert doc["count"] == 30
+    assert set(doc["cases"]) == {"tcp-send-to-sleeper", "tcp-send-to-spinner", "thread-wake"}
+    for case, figures in doc["cases"].items():
+        for kind in ("wall_us", "cpu_us"):
+            summary = figures[kind]
+            assert 0 <= summary["p50"] <= summary["p99"], (case, kind, summary)
+            assert summary["mean"] <= summary["p99"], (case, kind, summary)  # of 30, the p99 is the largest
+        assert figures["wall_us"]["p50"] > 0, case
+        assert any(line.startswith(case) for line in done.stdout.splitlines()), case
+    assert {line for line in _command_lines() if b"bench.wakeup_cost" in line} <= before
+
+
 def test_the_path_floor_bench_runs_every_client_and_mode_and_stops_its_servers() -> None:
     """``bench.path_floor``: a leader and two followers per run, started and stopped; every record of every run
     measured (the bench fails otherwise), every figure present and sane, no server process left behind."""
