@@ -252,6 +252,14 @@ def variants(args: argparse.Namespace) -> dict[str, tuple[str, ...]]:
     return out
 
 
+def requests_line(name: str, produces: int, records: int) -> str:
+    """How many records a Produce request carried: the producer's hold sends the records that came while its
+    request was in flight together, so this follows the acknowledgement's round trip (docs/LATENCY.md, "Why
+    single stages no longer move the figures")."""
+    each = f"{records / produces:.2f} records a request" if produces else "no request traced"
+    return f"{name}: {produces} Produce requests at the leader for {records} records received ({each})"
+
+
 def main(argv: Iterable[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.breakdown", description=__doc__.split("\n")[0])
     parser.add_argument("--rate", type=float, default=1000)
@@ -268,21 +276,29 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the runs' directories (traces, logs, data)")
     args = parser.parse_args(list(argv) if argv is not None else None)
     if args.analyze:
-        print(render({"": stages_of(read_traces(Path(args.analyze), args.topic))}))
+        traces = read_traces(Path(args.analyze), args.topic)
+        print(requests_line("run", len(traces.produces), len(traces.e2e)))
+        print(render({"": stages_of(traces)}))
         return 0
     os.chdir(ROOT)
     root = Path(tempfile.mkdtemp(prefix="odradek-breakdown-"))
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     columns: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in variants(args)}
+    counts = {name: [0, 0] for name in variants(args)}  # Produce requests, records received
     for round_no in range(args.repeat):
         for n, (name, config) in enumerate(variants(args).items()):
             trace_dir, summary = run_traced(args, root / f"run-{round_no}-{n}", config)
             print(f"{name or 'run'} {round_no + 1}: {summary}", flush=True)
-            for stage, values in stages_of(read_traces(trace_dir, args.topic)).items():
+            traces = read_traces(trace_dir, args.topic)
+            counts[name][0] += len(traces.produces)
+            counts[name][1] += len(traces.e2e)
+            for stage, values in stages_of(traces).items():
                 columns[name][stage].extend(values)
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
     kept = f"; traces under {root}" if args.keep else ""
     print(f"load average {load_before} before, {load_after} after{kept}")
+    for name, (produces, records) in counts.items():
+        print(requests_line(name or "run", produces, records))
     print(render(columns))
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)

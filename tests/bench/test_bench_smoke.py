@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -186,6 +187,13 @@ def test_breakdown_traces_every_stage(tmp_path: Path) -> None:
         count, p50, p99 = int(cells[0]), float(cells[1]), float(cells[2])
         assert count > 0, name
         assert 0 <= p50 <= p99, name
+    found = re.search(r"^run: (\d+) Produce requests at the leader for (\d+) records received \(([\d.]+) records a "
+                      r"request\)$", done.stdout, re.MULTILINE)  # fmt: skip
+    assert found is not None, done.stdout[-2000:]
+    produces, records = int(found.group(1)), int(found.group(2))
+    assert records == 300, found.group(0)
+    assert 1 <= produces <= 300, found.group(0)
+    assert float(found.group(3)) == round(records / produces, 2)
 
 
 def test_the_rpc_floor_bench_measures_every_transport() -> None:
