@@ -132,8 +132,10 @@ class UnifiedLog:
         verdict = self._producers.check_append(headers, verified)  # S1-S11: a refusal writes nothing
         if verdict.duplicate is not None:
             return self._duplicate_info(verdict.duplicate)
-        new_epochs = [(leader_epoch, self._log.log_end_offset)] if leader_epoch > self._epochs.latest_epoch else []
-        with self._epochs_saved_first(new_epochs):  # EC4
+        if leader_epoch > self._epochs.latest_epoch:
+            with self._epochs_saved_first([(leader_epoch, self._log.log_end_offset)]):  # EC4
+                info = self._log.append(validated, leader_epoch=leader_epoch)
+        else:  # the epoch is known (every append but an epoch's first): no context manager on the way
             info = self._log.append(validated, leader_epoch=leader_epoch)
         offset = info.first_offset
         now = self._clock.time_ms()
@@ -151,7 +153,10 @@ class UnifiedLog:
             if header.partition_leader_epoch > latest:
                 latest = header.partition_leader_epoch
                 new_epochs.append((latest, header.base_offset))
-        with self._epochs_saved_first(new_epochs):  # EC4
+        if new_epochs:
+            with self._epochs_saved_first(new_epochs):  # EC4
+                info = self._log.append_as_follower(records)
+        else:
             info = self._log.append_as_follower(records)
         now = self._clock.time_ms()
         markers = _markers(records)
@@ -227,10 +232,7 @@ class UnifiedLog:
     @contextmanager
     def _epochs_saved_first(self, new_epochs: list[tuple[int, int]]) -> Iterator[None]:
         """EC4: assign and save ``new_epochs`` ``(epoch, start offset)``, then run the append; if it raises,
-        the entries as they were are restored (and saved)."""
-        if not new_epochs:
-            yield
-            return
+        the entries as they were are restored (and saved). The callers skip it when there is no new epoch."""
         before = list(self._epochs.entries)
         changed = False
         for epoch, start in new_epochs:
