@@ -52,7 +52,7 @@ from log.checkpoint import remove_marker, write_checkpoint, write_marker
 from log.config import LogConfig
 from log.errors import OffsetOutOfRangeError, StorageError
 from log.flush_stats import report_flush
-from log.log_reads import TAIL_MAX_BYTES, LogReads, Tail
+from log.log_reads import LogReads
 from log.logdir import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, load_segments, prepare_directory, read_offsets
 from log.policy import MAX_RELATIVE_OFFSET, SegmentInfo, flush_due, retention_count, roll_reason
 from log.record.control import read_marker
@@ -186,19 +186,10 @@ class Log(LogReads):
     def _append(self, prepared: PreparedAppend, now: int) -> AppendInfo:
         chunks = segment_chunks(prepared.batches, self._config.segment_bytes)  # refuses a batch > segment.bytes
         assert prepared.first_offset >= self._log_end_offset, "offsets never go back"
-        self._tail = None  # a write that fails part-way leaves no tail that is not the segment's end
-        tail: Tail | None = None
         for batches in chunks:
             segment = self._maybe_roll(batches, now)
-            position = segment.append(batches, now)
+            segment.append(batches, now)
             self._log_end_offset = batches[-1].header.last_offset + 1
-            size = segment.size_bytes - position
-            if size <= TAIL_MAX_BYTES:
-                data = b"".join(piece for batch in batches for piece in batch.pieces)
-                tail = Tail(segment, position, batches[0].header.base_offset, self._log_end_offset, data)
-            else:
-                tail = None
-        self._tail = tail
         self._check_invariants()
         if flush_due(self._config, self._log_end_offset - self._recovery_point, now, self._last_flush_ms):
             self.flush()
@@ -235,7 +226,6 @@ class Log(LogReads):
             return self._segments[-1].base_offset
 
     def _roll(self, base_offset: int, now: int) -> Segment:
-        self._tail = None
         old = self._segments[-1]
         assert base_offset >= self._log_end_offset, f"roll at {base_offset} below the log end {self._log_end_offset}"
         if old.is_empty:  # only a follower append far past an empty segment's base gets here
@@ -317,7 +307,6 @@ class Log(LogReads):
             return self._log_start_offset
 
     def _delete_oldest(self, count: int, new_log_start: int) -> None:
-        self._tail = None
         self._log_start_offset = max(self._log_start_offset, new_log_start)
         self._recovery_point = max(self._recovery_point, self._bases[count])
         self._write_checkpoint()
@@ -349,7 +338,6 @@ class Log(LogReads):
                 or wanted != [(s.base_offset, s.next_offset, s.size_bytes) for s in current]
             ):
                 return False
-            self._tail = None
             try:
                 segment = install(current)
             except BaseException:
@@ -374,7 +362,6 @@ class Log(LogReads):
                 raise ValueError(f"cannot truncate to a negative offset {offset}")
             if offset >= self._log_end_offset:
                 return False
-            self._tail = None
             if offset < self._bases[0]:
                 self._truncate_fully(offset)
                 return True
@@ -400,7 +387,6 @@ class Log(LogReads):
             self._truncate_fully(offset)
 
     def _truncate_fully(self, offset: int) -> None:
-        self._tail = None
         for segment in reversed(self._segments):
             segment.delete()
         self._segments = [Segment.create(self._dir, offset, self._config, self._clock.time_ms())]
@@ -442,7 +428,6 @@ class Log(LogReads):
         with self._lock:
             if self._closed:
                 return
-            self._tail = None
             active = self._segments[-1]
             active.on_become_inactive()
             self.flush()
@@ -456,7 +441,6 @@ class Log(LogReads):
     def close_handlers(self) -> None:
         """Close the files without flushing or checkpointing: what a crash leaves (tests, failed disks)."""
         with self._lock:
-            self._tail = None
             for segment in self._segments:
                 segment.close()
             self._closed = True

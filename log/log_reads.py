@@ -59,21 +59,6 @@ class FetchSlice:
     log_end_offset: int
 
 
-TAIL_MAX_BYTES = 8192  # the last append kept in memory for the reads right after it, when at most this large
-
-
-class Tail(NamedTuple):
-    """The bytes of the last append (its last segment's part), as written, at the end of their segment: a
-    caught-up reader's next read (a follower's answer, a consumer's once the high watermark passes it) starts
-    exactly there and is answered from memory instead of a look-up and a ``pread`` of the file."""
-
-    segment: Segment
-    position: int  # of the first byte in the segment's file
-    base_offset: int  # of the first batch
-    next_offset: int  # after the last batch
-    records: bytes
-
-
 class LogReads:
     """The fields of one partition's log, the lock that guards them, and the reads; :class:`~log.log.Log`
     (the only subclass) adds the writes, opening and recovery."""
@@ -102,9 +87,6 @@ class LogReads:
         self._dir_dirty = False
         self._closed = False
         self._lock = threading.RLock()
-        # set by each append (when small enough) and dropped by every other change of the files: truncation,
-        # deletion, a roll, a cleaner's swap, close; while set it is the end of its segment, byte for byte
-        self._tail: Tail | None = None
         self._check_invariants()
 
     # ------------------------------------------------------------------------------- properties
@@ -163,17 +145,6 @@ class LogReads:
         log_end_offset]`` raises OffsetOutOfRangeError.
         """
         with self._lock:
-            tail = self._tail
-            if (
-                tail is not None and offset == tail.base_offset and len(tail.records) <= max_bytes
-                and (max_offset is None or tail.next_offset <= max_offset) and not self._closed
-                and self._log_start_offset <= offset and tail.next_offset == self._log_end_offset
-            ):  # fmt: skip
-                # what the segment's read returns here: the batches from the one at offset to the segment's
-                # end, all of them (max_bytes and max_offset cut none); the log end checked too, so that a
-                # change that forgot to drop the tail still reads the files
-                return FetchData(tail.records, offset, offset, tail.segment.base_offset, tail.position,
-                                 self._log_start_offset, self._log_end_offset)  # fmt: skip
             for segment in self._segments_from(offset):
                 found = segment.read(offset, max_bytes, max_offset, min_one_batch)
                 if found is not None:

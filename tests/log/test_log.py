@@ -258,66 +258,6 @@ def test_read_min_one_batch_and_max_offset(open_log: OpenLog) -> None:
     assert log.read(1, 10_000, max_offset=1).records == b""
 
 
-def _matches_the_files(log: Log, offset: int) -> int:
-    """Every read from ``offset`` (several sizes and bounds) is what the segment files hold there: the same
-    bytes at the same place (``read_slice`` looks the place up in the files, never in the log's memory of its
-    last append); returns how many of the reads had records."""
-    with_records = 0
-    for max_bytes in (1, 60, 10_000):
-        for max_offset in (None, offset, offset + 1, log.log_end_offset):
-            got = log.read(offset, max_bytes, max_offset=max_offset)
-            if not got.records:
-                continue
-            with_records += 1
-            where = log.read_slice(offset, max_bytes, max_offset=max_offset)
-            try:
-                assert got.position == where.position
-                assert os.pread(where.fd, len(got.records), where.position) == got.records
-            finally:
-                os.close(where.fd)
-            assert got.first_offset == base_offset_of(got.records)
-            assert got.segment_base_offset == max(s.base_offset for s in log.segments if s.base_offset <= offset)
-            assert (got.log_start_offset, got.log_end_offset) == (log.log_start_offset, log.log_end_offset)
-    return with_records
-
-
-def test_a_read_where_the_last_append_began_follows_every_change_of_the_files(open_log: OpenLog) -> None:
-    """The log keeps its last append in memory for the caught-up reader's next read (``Tail``); after each
-    kind of change (appends, truncation, rolls, deletion, a follower's append, a large append, closing) that
-    read is still what the files hold, or the error a read of the files gives."""
-    log = open_log(small_config(segment_bytes=100_000))
-    first = log.append(make_batch([b"a"] * 2)).first_offset
-    last = log.append(make_batch([b"b"])).first_offset
-    assert _matches_the_files(log, last) > 0
-    assert _matches_the_files(log, first) > 0
-    log.truncate_to(last)  # the last append is gone: its offset is now the log end
-    assert log.read(last, 10_000).records == b""
-    log.truncate_to(first + 1)  # and now beyond it
-    with pytest.raises(OffsetOutOfRangeError):
-        log.read(last, 10_000)
-    again = log.append(make_batch([b"c"] * 3)).first_offset
-    assert _matches_the_files(log, again) > 0
-    log.roll()
-    assert _matches_the_files(log, again) > 0
-    after_roll = log.append(make_batch([b"d"])).first_offset
-    assert log.segments[-1].base_offset == after_roll
-    assert _matches_the_files(log, after_roll) > 0
-    log.delete_records(after_roll + 1)  # the log start passes it, inside the active segment
-    with pytest.raises(OffsetOutOfRangeError):
-        log.read(after_roll, 10_000)
-    follower_batch = bytearray(make_batch([b"e"] * 2))
-    follower_batch[0:8] = log.log_end_offset.to_bytes(8, "big", signed=True)
-    followed = log.append_as_follower(bytes(follower_batch)).first_offset
-    assert _matches_the_files(log, followed) > 0
-    large = log.append(batch_of_size(20_000)).first_offset  # above TAIL_MAX_BYTES: read from the file
-    assert _matches_the_files(log, large) > 0
-    small = log.append(make_batch([b"f"])).first_offset
-    assert _matches_the_files(log, small) > 0
-    log.close_handlers()
-    with pytest.raises(StorageError, match="closed"):
-        log.read(small, 10_000)
-
-
 def test_reads_never_span_segments_but_reach_every_one(open_log: OpenLog) -> None:
     log = open_log(small_config(segment_bytes=1000))
     for i in range(30):

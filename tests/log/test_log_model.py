@@ -10,7 +10,6 @@ must be the model's batches that were complete before the tear.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -75,7 +74,6 @@ class LogMachine(RuleBasedStateMachine):
         self.config: LogConfig = CONFIGS[0]
         self.log: Log | None = None
         self.batches: list[Stored] = []
-        self.last_append: list[int] = []  # the base offsets of the last append's batches (kept in memory)
         self.start = 0
         self.end = 0
 
@@ -140,11 +138,9 @@ class LogMachine(RuleBasedStateMachine):
         info = self.the_log.append(data, leader_epoch=epoch)  # larger than a segment together: rolls between
         assert all(segment.size_bytes <= self.config.segment_bytes for segment in self.the_log.segments)
         assert info.first_offset == self.end
-        self.last_append = []
         for batch in producer:
             stored = as_stored(batch, self.end, epoch)
             self.batches.append(Stored(self.end, stored))
-            self.last_append.append(self.end)
             self.end = parse_header(stored).next_offset
         assert info.last_offset == self.end - 1
 
@@ -167,34 +163,6 @@ class LogMachine(RuleBasedStateMachine):
         assert split_batches(got.records) == expected
         event(f"read {min(len(expected), 3)} batches")
         assert (got.log_start_offset, got.log_end_offset) == (self.start, self.end)
-
-    @precondition(lambda self: bool(self.last_append))
-    @rule(data=st.data(), max_bytes=st.integers(1, 1500), min_one=st.booleans())
-    def read_where_the_last_append_began(self, data: st.DataObject, max_bytes: int, min_one: bool) -> None:
-        """A caught-up reader's read: from a batch of the last append (the first: where the log keeps the
-        append's bytes in memory), to the log end or to a high watermark; the same batches and the same place
-        in the files as any read, whatever happened to the log since (rolls, truncation, retention, restarts)."""
-        offset = data.draw(st.sampled_from(self.last_append), label="offset")
-        if not self.start <= offset <= self.end:  # truncated or deleted since
-            with pytest.raises(OffsetOutOfRangeError):
-                self.the_log.read(offset, max_bytes, min_one_batch=min_one)
-            return
-        max_offset = data.draw(st.none() | st.integers(offset, self.end + 1), label="max_offset")
-        got = self.the_log.read(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one)
-        expected = self.expected_read(offset, max_bytes, max_offset, min_one)
-        assert split_batches(got.records) == expected
-        assert (got.log_start_offset, got.log_end_offset) == (self.start, self.end)
-        if expected:
-            event("read from the last append: records")
-            assert got.first_offset == parse_header(expected[0]).base_offset
-            assert got.segment_base_offset == self.the_log.segments[self.segment_of(offset)].base_offset
-            where = self.the_log.read_slice(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one)
-            try:
-                assert where.position == got.position
-                assert os.pread(where.fd, len(got.records), where.position) == got.records
-            finally:
-                if where.fd >= 0:
-                    os.close(where.fd)
 
     @rule(ms=st.integers(0, 6000))
     def advance_clock(self, ms: int) -> None:
