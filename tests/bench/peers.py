@@ -49,7 +49,7 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from odradek.perf.stats import Throttle, latency_summary, result_document
@@ -88,6 +88,22 @@ async def nats_ensure_stream(js: Any, stream: str, replicas: int) -> None:
             await js.add_stream(config)
             return
         except Exception:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+async def nats_subscribe(js: Any, stream: str, on_message: Callable[[Any], Awaitable[None]], **options: Any) -> Any:
+    """An ordered push consumer of ``stream`` (whose subject is its name), named, not looked up by subject: in
+    a 3-node cluster the look-up right after the stream was made could go to a server that did not know it
+    yet (``NotFoundError``, a CI run's failure). Waits, bounded, while the stream is not known yet."""
+    from nats.js.errors import NotFoundError
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return await js.subscribe(stream, stream=stream, cb=on_message, ordered_consumer=True, **options)
+        except NotFoundError:
             if time.monotonic() >= deadline:
                 raise
             await asyncio.sleep(0.2)
@@ -142,7 +158,7 @@ async def nats_consume(args: argparse.Namespace) -> dict[str, Any]:
         if records >= args.num_records:
             finished.set()
 
-    sub = await js.subscribe(args.stream, cb=on_message, ordered_consumer=True)
+    sub = await nats_subscribe(js, args.stream, on_message)
     await _wait_progress(finished, lambda: records)
     await sub.unsubscribe()
     await nc.close()
@@ -184,7 +200,7 @@ async def nats_e2e(args: argparse.Namespace) -> dict[str, Any]:
         if len(seen) >= args.num_records:
             finished.set()
 
-    sub = await js.subscribe(args.stream, cb=on_message, ordered_consumer=True, deliver_policy=DeliverPolicy.NEW)
+    sub = await nats_subscribe(js, args.stream, on_message, deliver_policy=DeliverPolicy.NEW)
     await nc.flush()
 
     def acked(sent_ns: int, future: asyncio.Future[Any]) -> None:
