@@ -252,6 +252,11 @@ def variants(args: argparse.Namespace) -> dict[str, tuple[str, ...]]:
     return out
 
 
+def run_requests(traces: Traces) -> int:
+    """The Produce requests at the leader that carried the run's records (not the tool's warm-up record's)."""
+    return sum(1 for first, last, *_ in traces.produces if any(o in traces.e2e for o in range(first, last + 1)))
+
+
 def requests_line(name: str, produces: int, records: int) -> str:
     """How many records a Produce request carried: the producer's hold sends the records that came while its
     request was in flight together, so this follows the acknowledgement's round trip (docs/LATENCY.md, "Why
@@ -277,7 +282,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     args = parser.parse_args(list(argv) if argv is not None else None)
     if args.analyze:
         traces = read_traces(Path(args.analyze), args.topic)
-        print(requests_line("run", len(traces.produces), len(traces.e2e)))
+        print(requests_line("run", run_requests(traces), len(traces.e2e)))
         print(render({"": stages_of(traces)}))
         return 0
     os.chdir(ROOT)
@@ -290,7 +295,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             trace_dir, summary = run_traced(args, root / f"run-{round_no}-{n}", config)
             print(f"{name or 'run'} {round_no + 1}: {summary}", flush=True)
             traces = read_traces(trace_dir, args.topic)
-            counts[name][0] += len(traces.produces)
+            counts[name][0] += run_requests(traces)
             counts[name][1] += len(traces.e2e)
             for stage, values in stages_of(traces).items():
                 columns[name][stage].extend(values)
