@@ -1,7 +1,8 @@
 """Where the CPU of a record goes: each process's CPU time per record of ``odradek perf e2e``.
 
     python -m tests.bench.cpu [--brokers 3] [--controllers 3] [--replication-factor 3] [--num-records 10000]
-        [--rate 1000] [--repeat 3] [--tree NAME:PATH ...] [--broker-config KEY=VALUE ...] [--json-out FILE]
+        [--rate 1000] [--repeat 3] [--tree NAME:PATH ...] [--burn SITE:US ...] [--broker-config KEY=VALUE ...]
+        [--json-out FILE]
 
 Starts an ``odradek up`` cluster (``--no-metrics``, as ``tests.bench.compare``), and each round makes a fresh
 1-partition topic and runs ``odradek perf e2e`` on it (one producer and one consumer in one client process,
@@ -14,7 +15,15 @@ costs is what its tail waits for.
 
 ``--tree NAME:PATH`` adds a cluster running the checkout at PATH (its ``.venv`` when it has one), measured
 in the same rounds, alternating with this checkout's (which runs first is rotated each round): a change's
-CPU against the code without it. Figures only; nothing here asserts a speed.
+CPU against the code without it.
+
+``--burn SITE:US`` adds a cluster of this checkout whose processes spend US microseconds more CPU at one place
+of a record's path (``leader``: each request a broker's listeners take; ``follower``: each answer a follower
+gets; ``client``: each answer the client gets; ``tests/bench/burn/sitecustomize.py``), measured in the same
+rounds: what a microsecond of CPU at that place costs the end-to-end latency. Its row adds the CPU per record
+it changed over all processes (less than the burn: the requests get fewer and fuller) and the p50 it added per
+microsecond burned at each call, the return to expect from CPU removed there (docs/LATENCY.md). Figures only;
+nothing here asserts a speed.
 """
 
 from __future__ import annotations
@@ -32,10 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.bench.burn.sitecustomize import parse as parse_burn
 from tests.bench.systems import OdradekCluster, children_cpu_seconds, cpu_seconds
 from tests.cli.helpers import odradek
 
 ROLES = ("leader", "follower", "broker", "controller", "client")
+BURN_DIR = Path(__file__).resolve().parent / "burn"  # its sitecustomize.py: tests.bench.cpu --burn
 
 
 @dataclass(slots=True)
@@ -43,6 +54,7 @@ class Cluster:
     name: str
     cluster: OdradekCluster
     nodes: dict[str, int] = field(default_factory=dict)  # "broker-0" / "controller-1" -> pid
+    burn: str = ""  # --burn SITE:US of this cluster
     rounds: list[dict[str, Any]] = field(default_factory=list)
 
     def start(self) -> None:
@@ -107,14 +119,24 @@ def print_table(clusters: Sequence[Cluster], args: argparse.Namespace) -> None:
     header = f"{'cluster':<12}" + "".join(f"{r:>11}" for r in ROLES) + f"{'total':>10}{'e2e p50':>10}{'e2e p99':>10}"
     print(header)
     print("-" * len(header))
-    base = None
+    base: tuple[float, float] | None = None
     for c in clusters:
         total = statistics.median(r["total_us_per_record"] for r in c.rounds)
         p50 = statistics.median(_pct(r, "p50") for r in c.rounds)
         p99 = statistics.median(_pct(r, "p99") for r in c.rounds)
-        base = base or total
-        print(f"{c.name:<12}" + "".join(f"{role_figure(c.rounds, r):>11}" for r in ROLES)
-              + f"{total:10.0f}{p50:10.2f}{p99:10.2f}   total {total / base:.2f}×")  # fmt: skip
+        base = base or (total, p50)
+        line = (f"{c.name:<12}" + "".join(f"{role_figure(c.rounds, r):>11}" for r in ROLES)
+                + f"{total:10.0f}{p50:10.2f}{p99:10.2f}   total {total / base[0]:.2f}×")  # fmt: skip
+        if c.burn:
+            print(line + burn_figures(parse_burn(c.burn)[1], total - base[0], (p50 - base[1]) * 1000))
+        else:
+            print(line)
+
+
+def burn_figures(us: int, added_us: float, p50_added_us: float) -> str:
+    """A ``--burn`` row's: the CPU per record it changed over all processes, and the p50 it added per microsecond
+    burned at each call (the CPU per record moves less than the burn: the requests get fewer and fuller)."""
+    return f", CPU {added_us:+.0f} µs/rec, p50 {p50_added_us:+.0f} µs: {p50_added_us / us:.1f} µs per µs a call"
 
 
 def _pct(round_doc: dict[str, Any], key: str) -> float:
@@ -132,8 +154,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tree", action="append", default=[], metavar="NAME:PATH")
     parser.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--burn", action="append", default=[], metavar="SITE:US")
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
+    for item in args.burn:
+        try:
+            parse_burn(item)
+        except ValueError as exc:
+            parser.error(str(exc))
     if args.replication_factor > args.brokers:
         parser.error("--replication-factor is above --brokers")
     with tempfile.TemporaryDirectory(prefix="odradek-cpu-") as tmp:
@@ -147,6 +175,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster = OdradekCluster(root / name, args.controllers, args.brokers, broker_config=args.broker_config,
                                      tree=Path(path))  # fmt: skip
             clusters.append(Cluster(name, cluster))
+        for item in args.burn:
+            site, us = parse_burn(item)
+            name = f"{site}+{us}"
+            path = os.pathsep.join([str(BURN_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])
+            cluster = OdradekCluster(root / name, args.controllers, args.brokers, broker_config=args.broker_config,
+                                     extra_env={"ODRADEK_BENCH_BURN": item, "PYTHONPATH": path})  # fmt: skip
+            clusters.append(Cluster(name, cluster, burn=item))
         try:
             for c in clusters:
                 print(f"[{time.strftime('%H:%M:%S')}] starting {c.name}", file=sys.stderr, flush=True)
