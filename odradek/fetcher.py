@@ -332,6 +332,17 @@ class Fetcher:
             self._send(node, node_states)
         return len(by_node)
 
+    def caught_up(self, states: Mapping[TopicPartition, PartitionState]) -> bool:
+        """Whether every partition :meth:`send_fetches` would fetch now is known to have nothing more to read: its
+        fetch offset is at the high watermark of its last answer. Such a fetch would only wait at its leader.
+        False while a partition's high watermark is not known yet."""
+        for state in states.values():
+            if state.fetch_offset is None or state.in_flight is not None or state.paused or state.error is not None:
+                continue  # not fetched now either
+            if state.high_watermark < 0 or state.fetch_offset < state.high_watermark:
+                return False
+        return True
+
     def _send(self, node: int, states: list[PartitionState]) -> None:
         target = self._client.stub_for(node)
         if target is None:

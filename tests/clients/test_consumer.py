@@ -379,3 +379,24 @@ def test_the_next_fetch_is_in_flight_while_the_application_works(cluster: FakeCl
         offsets = [p.fetch_offset for f in cluster.calls_of("Fetch") for t in f.topics for p in t.partitions]
         assert offsets[0] == 0
         assert offsets[1] > first[-1].offset
+
+
+def test_a_caught_up_consumer_sends_its_next_fetch_from_the_next_poll(cluster: FakeCluster) -> None:
+    """At the high watermark the next fetch would only wait at the leader: poll() returns the records without
+    sending it (no send between the records and the application), and the next poll() sends it at once."""
+    cluster.create_topic("t", 1)
+    fill(cluster, T0, 5, per_batch=5)
+    with consumer(cluster, **{"fetch.max.wait.ms": 5000}) as c:
+        c.assign([T0])
+        first = poll_until(c, 5)
+        assert [r.offset for r in first] == [0, 1, 2, 3, 4]
+        fetches = len(cluster.calls_of("Fetch"))
+        time.sleep(0.3)  # a fetch sent before poll() returned would have reached the broker by now
+        assert len(cluster.calls_of("Fetch")) == fetches
+        fill(cluster, T0, 1)
+        started = time.monotonic()
+        assert [r.offset for r in c.poll(timeout_ms=5000)] == [5]
+        assert time.monotonic() - started < 4  # the fetch answered with the record, not after fetch.max.wait.ms
+        assert len(cluster.calls_of("Fetch")) == fetches + 1
+        offsets = [p.fetch_offset for f in cluster.calls_of("Fetch") for t in f.topics for p in t.partitions]
+        assert offsets[-1] == 5
