@@ -146,6 +146,8 @@ class Sender:
         self._unreachable: set[int] = set()  # brokers whose last request failed on the connection
         self._stale_refresh_ms = -float("inf")  # the last metadata refresh asked for because of a stale request
         self._completions: deque[tuple[_Request, Any]] = deque()
+        # batches a leader accepted, whose futures and callbacks wait for the end of the pass's sends (run_once)
+        self._accepted: list[tuple[ProducerBatch, int, int]] = []
         self._streams: dict[str, OrderedStream] = {}  # each broker's ProduceStream, by address
         self._links: dict[int, DataLink] = {}  # each broker's DATA connection, by node id (odradek.net.data_link)
         self._wake = threading.Event()
@@ -190,6 +192,7 @@ class Sender:
             self._guarded_run_once()
         while not self._forced and (self._accumulator.has_incomplete() or self._requests):
             self._guarded_run_once()
+        self._complete_accepted()
         error = IllegalStateError("the producer was closed forcefully before the record was delivered")
         for batch in self._accumulator.abort_all():
             self._fail(batch, error)
@@ -213,6 +216,8 @@ class Sender:
     def run_once(self) -> None:
         """One pass of the loop (also driven directly by tests)."""
         self._wake.clear()
+        if self._accepted:  # left by a pass that failed before its end
+            self._complete_accepted()
         now = self._clock.monotonic_ms()
         self._handle_completions(now)
         aborting = self._abort_unsent
@@ -240,6 +245,7 @@ class Sender:
             for node, batches in self._accumulator.drain(cluster.leader, nodes, self._max_request_size, now).items():
                 self._send(node, batches, now)
                 sent = True
+        self._complete_accepted()
         for batch in self._accumulator.expire(now):
             self._fail(batch, self._expired_error([batch], now, batch.last_error))
         if sent or self._completions or self._forced:
@@ -283,6 +289,7 @@ class Sender:
             return MAX_IDLE_MS
         if now < self._init_retry_at_ms:
             return self._init_retry_at_ms - now
+        self._complete_accepted()  # not behind a blocking call
         request = broker_pb2.InitProducerIdRequest(producer_id=idem.producer_id, producer_epoch=idem.producer_epoch)
         try:
             response = self._client.call_any("InitProducerId", request, self._request_timeout_ms / 1000)
@@ -456,11 +463,9 @@ class Sender:
                     if trace.ON and offset >= 0:
                         _trace_batches(request, tp, batches, offset)
                     for batch in batches:
-                        if self._acks != 0:
-                            batch.complete(offset, p.log_append_time_ms)
                         if self._idempotence is not None:
                             self._idempotence.resolved(batch)
-                        self._accumulator.deallocate(batch)
+                        self._accepted.append((batch, offset, p.log_append_time_ms))
                         offset += batch.record_count if offset >= 0 else 0
                     continue
                 error = error_from_code(code, f"producing to {tp} failed: {p.error.message or code}")
@@ -515,8 +520,21 @@ class Sender:
         self._wake.set()
         return done.wait(timeout_s)
 
+    def _complete_accepted(self) -> None:
+        """The futures and callbacks of the batches the leaders accepted, and their memory back. ``run_once`` calls
+        it after its sends: a batch held for its partition's request in flight goes out as soon as that answer is
+        taken, before the callbacks of the records it answered run (docs/LATENCY.md). Every failure completes these
+        first, so a partition's callbacks keep their order."""
+        accepted, self._accepted = self._accepted, []
+        for batch, offset, log_append_time_ms in accepted:
+            if self._acks != 0:
+                batch.complete(offset, log_append_time_ms)
+            self._accumulator.deallocate(batch)
+
     def _fail(self, batch: ProducerBatch, error: BaseException, from_leader: bool = True) -> None:
         """``batch`` fails for good with ``error`` (``from_leader``: a partition leader's answer)."""
+        if self._accepted:
+            self._complete_accepted()
         if self._on_record_error is not None:
             if from_leader:
                 error = self._leader_refusal(batch, error)

@@ -79,3 +79,25 @@ def test_a_call_that_cannot_start_is_retried_or_fails_its_records(
         else:
             assert future.result(10).offset == 0
     assert [r.value for r in cluster.records(TopicPartition("t", 0))] == ([] if acks == "0" else [b"a"])
+
+
+def test_a_held_batch_goes_out_before_the_callbacks_of_the_answer_that_frees_it(cluster: FakeCluster) -> None:
+    """A batch held while its partition's request is in flight is sent as soon as that answer is taken, before
+    the answered records' futures and callbacks run (they are the application's time, not the record's)."""
+    cluster.create_topic("t", 1)
+    with Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0}) as p:
+        p.send("t", b"warm").result(timeout=10)
+        sender: Any = p._sender
+        in_flight_at_callback: list[int] = []
+        with cluster.lock:
+            cluster.paused.add(1)  # the leader holds its answer to the first record
+        first = p.send("t", b"first")
+        first.add_done_callback(lambda _: in_flight_at_callback.append(len(sender._requests)))
+        wait_until(lambda: len(sender._requests) == 1, timeout_s=10, what="the first record's request in flight")
+        second = p.send("t", b"second")  # held: its partition has a request in flight
+        with cluster.lock:
+            cluster.paused.discard(1)
+            cluster.lock.notify_all()
+        assert first.result(timeout=10).offset == 1
+        assert second.result(timeout=10).offset == 2
+    assert in_flight_at_callback == [1]  # the second record's request was out when the first's callback ran
