@@ -85,7 +85,10 @@ def test_another_sites_burn_leaves_these_functions_alone() -> None:
 def test_a_burn_that_is_not_site_and_microseconds_is_refused(value: str) -> None:
     with pytest.raises(ValueError, match="SITE:US"):
         parse(value)
-    done = subprocess.run([sys.executable, "-m", "tests.bench.cpu", "--burn", value], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60, check=False)  # fmt: skip
+
+
+def test_the_cpu_bench_refuses_a_bad_burn_before_starting_anything() -> None:
+    done = subprocess.run([sys.executable, "-m", "tests.bench.cpu", "--burn", "nowhere:10"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "SITE:US" in done.stderr
