@@ -54,7 +54,7 @@ class Cluster:
     name: str
     cluster: OdradekCluster
     nodes: dict[str, int] = field(default_factory=dict)  # "broker-0" / "controller-1" -> pid
-    burn: str = ""  # --burn SITE:US of this cluster
+    burn_us: int = 0  # --burn SITE:US of this cluster: its US
     rounds: list[dict[str, Any]] = field(default_factory=list)
 
     def start(self) -> None:
@@ -127,8 +127,8 @@ def print_table(clusters: Sequence[Cluster], args: argparse.Namespace) -> None:
         base = base or (total, p50)
         line = (f"{c.name:<12}" + "".join(f"{role_figure(c.rounds, r):>11}" for r in ROLES)
                 + f"{total:10.0f}{p50:10.2f}{p99:10.2f}   total {total / base[0]:.2f}×")  # fmt: skip
-        if c.burn:
-            print(line + burn_figures(parse_burn(c.burn)[1], total - base[0], (p50 - base[1]) * 1000))
+        if c.burn_us:
+            print(line + burn_figures(c.burn_us, total - base[0], (p50 - base[1]) * 1000))
         else:
             print(line)
 
@@ -157,9 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--burn", action="append", default=[], metavar="SITE:US")
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
+    burns: list[tuple[str, str, int]] = []  # (SITE:US, site, us)
     for item in args.burn:
         try:
-            parse_burn(item)
+            burns.append((item, *parse_burn(item)))
         except ValueError as exc:
             parser.error(str(exc))
     if args.replication_factor > args.brokers:
@@ -175,13 +176,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster = OdradekCluster(root / name, args.controllers, args.brokers, broker_config=args.broker_config,
                                      tree=Path(path))  # fmt: skip
             clusters.append(Cluster(name, cluster))
-        for item in args.burn:
-            site, us = parse_burn(item)
+        for item, site, us in burns:
             name = f"{site}+{us}"
             path = os.pathsep.join([str(BURN_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])
             cluster = OdradekCluster(root / name, args.controllers, args.brokers, broker_config=args.broker_config,
                                      extra_env={"ODRADEK_BENCH_BURN": item, "PYTHONPATH": path})  # fmt: skip
-            clusters.append(Cluster(name, cluster, burn=item))
+            clusters.append(Cluster(name, cluster, burn_us=us))
         try:
             for c in clusters:
                 print(f"[{time.strftime('%H:%M:%S')}] starting {c.name}", file=sys.stderr, flush=True)
