@@ -100,3 +100,40 @@ class DelayedFetch(DelayedOperation):
 
     def on_expiration(self) -> None:
         self.reason = self.reason or "E: max_wait_ms passed"
+
+
+class HeldFetch(DelayedOperation):
+    """A follower's fetch parked by its fetch session (``broker.fetch_session``), held by the purgatory under no
+    key (``Purgatory.hold``): the session's listener hears of every change to the session's partitions and
+    decides whether the follower must be answered (records past its position, another leader or epoch, a
+    position out of range: cases A to D for ``min_bytes`` 1), so nothing else tries it; the purgatory's timer
+    expires it (case E) and a shutdown answers it. The fetch completes once the session :meth:`wake` s it.
+
+    Thread-safety: as any :class:`DelayedOperation`; :meth:`wake` from any thread.
+    """
+
+    def __init__(self, max_wait_ms: float) -> None:
+        super().__init__(max_wait_ms)
+        self.reason = ""
+        self.ready_bytes = 0  # what the changes that woke it added past the positions read (as DelayedFetch's)
+        self._woken = False
+
+    def wake(self, reason: str, ready_bytes: int) -> bool:
+        """A change the follower must act on (``reason``), with ``ready_bytes`` more to read: complete now;
+        True when this call completed it."""
+        with self._check_lock:
+            if self.is_completed:
+                return False
+            self.ready_bytes += ready_bytes
+            self.reason = reason
+            self._woken = True
+            return self.try_complete()
+
+    def try_complete(self) -> bool:
+        return self._woken and self.force_complete()
+
+    def on_complete(self) -> None:
+        """Nothing to build: the waiting request reads again once woken."""
+
+    def on_expiration(self) -> None:
+        self.reason = self.reason or "E: max_wait_ms passed"

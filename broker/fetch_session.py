@@ -27,7 +27,11 @@ partition of it, with work in proportion to what changed rather than to the sess
 * a fetch reads the partitions named and those that changed; when that finds nothing to answer yet, it
   parks (the long poll, ``max_wait_ms``) and is woken by a change a follower must act on: records past its
   position, another leader or epoch, a position out of range; a high watermark that moved alone does not
-  wake it, it rides with the next answer (as without sessions);
+  wake it, it rides with the next answer (as without sessions). The listener is what wakes it: with
+  ``min_bytes`` 1 (``replica.fetch.min.bytes``' default) the parked fetch is a ``HeldFetch``, in the fetch
+  purgatory for its timer and a shutdown only, tried by no check of its partitions (one Python pass less on
+  every append and high watermark move; ``python -m tests.bench.leader_instructions``); above 1 a
+  ``DelayedFetch`` watches the partitions read and counts their bytes, as for a fetch without a session;
 * every ``TOUCH_INTERVAL_MS`` (at most a tenth of ``replica.lag.time.max.ms``) the follower's fetch of each
   idle partition is recorded without reading it (``Partition.note_idle_follower_fetch``: the follower's
   position and caught-up time, what ISR1 counts; a partition that has something to tell after all is read);
@@ -52,13 +56,13 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from broker.context import BrokerContext
-from broker.delayed_fetch import DelayedFetch
+from broker.delayed_fetch import DelayedFetch, HeldFetch
 from broker.handlers import fetch
 from broker.log_manager import TopicPartition
 from broker.replication_link import FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, next_epoch
 from proto import broker_pb2 as pb
 from replication.partition_reads import IdleFetch
-from replication.views import Role
+from replication.views import FetchPosition, Role
 
 TOUCH_INTERVAL_MS = 100.0  # idle partitions have the follower's fetch recorded this often (at most)
 MAX_SESSION_PARTITIONS = 200_000  # a session holds at most this many partitions (INVALID_REQUEST beyond)
@@ -123,10 +127,13 @@ class LeaderSession:
         self._lock = threading.Lock()  # guards the three below (changes arrive on any thread)
         self._dirty: set[TopicPartition] = set()  # to read for the next answer
         self._woken = False  # a change a parked fetch must answer came since the last read
-        self._parked: DelayedFetch | None = None
-        # the partitions the fetch in progress reads (None: none in progress): their changes need nothing
-        # from the listener (the read sees them, the parked fetch watches them, and finish reads them again)
+        self._parked: DelayedFetch | HeldFetch | None = None
+        # the partitions the fetch in progress reads (None: none in progress): the read sees their changes
+        # and finish reads them again; a parked DelayedFetch watches them, a HeldFetch is woken by _changed
         self._reading: frozenset[TopicPartition] | None = None
+        self._held = True  # the fetch in progress parks as a HeldFetch (min_bytes <= 1), not a DelayedFetch
+        self._starts: dict[TopicPartition, FetchPosition] = {}  # where its partitions stood before its read
+        self._woken_bytes = 0  # what the changes that woke it before it parked added (its ready_bytes)
         self._changed_while_reading: set[TopicPartition] = set()  # of those: read again if answered at once
         lag_ms = float(ctx.config.get("replica.lag.time.max.ms"))
         self._touch_every_ms = min(TOUCH_INTERVAL_MS, lag_ms / 10)
@@ -229,13 +236,21 @@ class LeaderSession:
         if refusal is not None:
             return refusal
         self._touch(ctx, view)
+        held = view.min_bytes <= 1
         with self._lock:
             self._woken = False
             keys, self._dirty = self._dirty, set()
             targets = self._targets(keys)
             self._reading = frozenset((t.topic, t.partition) for t in targets)
+            self._held = held
+            self._starts = {}
+            self._woken_bytes = 0
         max_bytes = fetch.response_limit(ctx, view.max_bytes, True)
         starts = fetch.positions(ctx, targets, True)  # before the read: nothing that arrives after is missed
+        if held:
+            with self._lock:
+                self._starts = {(t.topic, t.partition): s for t, s in zip(targets, starts, strict=True)
+                                if s is not None}  # fmt: skip
         if fetch.skips_first_read(ctx, view, targets, starts, max_bytes):  # caught up: no read before the wait
             sizes = [0] * len(targets)
         else:
@@ -250,14 +265,22 @@ class LeaderSession:
                     self._changed_while_reading = set()
                 fetch.count_out(ctx, targets, sizes, True)
                 return response
-        op = fetch.delayed_fetch(ctx, view, targets, starts, sizes, max_bytes, True)
-        self._purgatory.try_complete_else_watch(op, op.keys or [self._sentinel], first_try=False)
+        op: DelayedFetch | HeldFetch
+        if held:  # any byte answers: the listener (_changed) wakes it, nothing in the purgatory tries it
+            op = HeldFetch(min(view.max_wait_ms, fetch.MAX_WAIT_CAP_MS))
+            self._purgatory.hold(op)
+        else:  # min_bytes above 1: the purgatory's DelayedFetch counts the bytes of its partitions
+            op = fetch.delayed_fetch(ctx, view, targets, starts, sizes, max_bytes, True)
+            self._purgatory.try_complete_else_watch(op, op.keys or [self._sentinel], first_try=False)
         with self._lock:  # from now on a change completes it (_changed); one since the read did already
             self._parked = op
-            woken = self._woken
+            woken, woken_bytes = self._woken, self._woken_bytes
             self._changed_while_reading = set()  # finish reads them again
         if woken:
-            op.force_complete()
+            if isinstance(op, HeldFetch):
+                op.wake("a change during the read the follower must act on", woken_bytes)
+            else:
+                op.force_complete()
         return fetch.PendingFetch(op, view.replica_id, view.replica_epoch, targets, max_bytes, fetch.read_partitions)
 
     def finish(self, ctx: BrokerContext, pending: fetch.PendingFetch[pb.FetchResponse]) -> pb.FetchResponse:
@@ -328,24 +351,35 @@ class LeaderSession:
             return
         with self._lock:
             reading = self._reading
-            if reading is not None and tp in reading:  # the fetch in progress sees it (its parked operation,
-                self._changed_while_reading.add(tp)  # finish's read), unless it answers at once
-                return
-            self._dirty.add(tp)
-            if reading is None:
-                return  # no fetch in progress: the next one reads it
+            if reading is not None and tp in reading:  # the fetch in progress reads it (and finish again)
+                self._changed_while_reading.add(tp)  # for the next answer, if this one goes at once
+                if not self._held:
+                    return  # its parked DelayedFetch watches it
+            else:
+                self._dirty.add(tp)
+                if reading is None:
+                    return  # no fetch in progress: the next one reads it
+            start = self._starts.get(tp)
         partition = self.ctx.replicas.partition(*tp)
-        urgent = True
+        urgent, ready = True, 0
         if partition is not None:
             now = partition.fetch_position(True)
             urgent = (
                 now.role is not Role.LEADER or now.leader_epoch != entry.current_leader_epoch
                 or entry.fetch_offset != now.log_end_offset or entry.fetch_offset < now.log_start_offset
             )  # fmt: skip
+            if start is not None:  # read by the fetch: what arrived since, as DelayedFetch counts it (case D)
+                ready = max(0, now.appended_bytes - start.appended_bytes)
+                if entry.partition_max_bytes > 0:
+                    ready = min(ready, entry.partition_max_bytes)
         if not urgent:
             return
         with self._lock:
             self._woken = True
             parked = self._parked
-        if parked is not None:
+            if parked is None:  # not parked yet: begin wakes it once it is
+                self._woken_bytes += ready
+        if isinstance(parked, HeldFetch):
+            parked.wake(f"a change to {tp} the follower must act on", ready)
+        elif parked is not None:
             parked.force_complete()

@@ -10,6 +10,8 @@ the operations that could not complete at once, watched under keys (a ``(topic, 
   (Kafka's order).
 * ``check_and_complete(key)``: something changed under ``key`` (an append, a high watermark move, a
   leadership change): every operation watching it tries again.
+* ``hold(op)``: an operation whose owner hears of the changes it waits for by other means (a fetch session's
+  listener) is kept under no key: its timer, a shutdown or its owner completes it.
 * the timer expires operations whose ``delay_ms`` passed: ``force_complete`` then ``on_expiration``.
 
 Exactly once: completion is a test-and-set (a non-blocking ``Lock.acquire``); whichever of a check, the
@@ -230,9 +232,7 @@ class Purgatory(Generic[Op]):
                 for key in keys:
                     self._watchers.setdefault(key, {})[id(op)] = op
         if over:
-            if not self._stopping:
-                logger.warning("%s purgatory holds %d operations: answering at once", self.name, self.max_operations)
-            return op.expire() or True
+            return self._over_bound(op)
         if op.safe_try_complete():  # an event between the first try and the watch
             return True
         with self._lock:
@@ -242,6 +242,32 @@ class Purgatory(Generic[Op]):
                 if deadline < self._reaper_looks_ms:
                     self._cond.notify()
         return op.is_completed
+
+    def hold(self, op: Op) -> bool:
+        """Watch ``op`` under no key: only its timer, a shutdown, the bound or its owner completes it. For an
+        operation whose owner hears of every change it waits for by other means and completes it then (a fetch
+        session's parked fetch: its listener of the session's partitions, ``broker.fetch_session``), so no
+        :meth:`check_and_complete` tries it. True when ``op`` is completed on return (over the bound it
+        completes at once, as in :meth:`try_complete_else_watch`)."""
+        with self._lock:
+            over = self._stopping or len(self._live) >= self.max_operations
+            if not over:
+                op._purgatory = self
+                op._keys = ()
+                self._live[id(op)] = op
+                deadline = self._clock.monotonic_ms() + op.delay_ms
+                self._timer.add(op, deadline)
+                if deadline < self._reaper_looks_ms:
+                    self._cond.notify()
+        if over:
+            return self._over_bound(op)
+        return op.is_completed
+
+    def _over_bound(self, op: Op) -> bool:
+        """``op`` was not watched (the bound, or shutting down): it completes at once, as if expired."""
+        if not self._stopping:
+            logger.warning("%s purgatory holds %d operations: answering at once", self.name, self.max_operations)
+        return op.expire() or True
 
     def check_and_complete(self, key: Key) -> int:
         """Every operation watching ``key`` tries to complete, then every listener of ``key`` hears of it;

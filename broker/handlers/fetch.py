@@ -41,7 +41,7 @@ from functools import partial
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from broker.context import BrokerContext
-from broker.delayed_fetch import DelayedFetch, FetchStatus
+from broker.delayed_fetch import DelayedFetch, FetchStatus, HeldFetch
 from broker.errors import STALE_BROKER_EPOCH, error, error_of
 from broker.handlers.common import local_partition
 from log import trace
@@ -74,9 +74,10 @@ ReadAll = Callable[[BrokerContext, int, "list[Target]", int, int], tuple[R, list
 
 @dataclass(frozen=True, slots=True)
 class PendingFetch(Generic[R]):
-    """A fetch waiting in the purgatory: once ``op`` completes, :func:`finish` reads again and answers."""
+    """A fetch waiting in the purgatory: once ``op`` completes, :func:`finish` reads again and answers (a
+    ``HeldFetch``: a fetch session's, ``broker.fetch_session``)."""
 
-    op: DelayedFetch
+    op: DelayedFetch | HeldFetch
     replica_id: int
     replica_epoch: int
     targets: list[Target]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.delayed_fetch import DelayedFetch, HeldFetch
 from broker.fetch_session import LeaderSession, SessionError
 from broker.handlers import fetch, produce
 from broker.replication_link import (
@@ -49,11 +50,11 @@ def append(h: BrokerHarness, topic: str) -> None:
 
 def request(
     h: BrokerHarness, epoch: int, named: Mapping[str, int] = {}, forgotten: Iterable[str] = (),  # noqa: B006
-    max_wait_ms: int = 100,
+    max_wait_ms: int = 100, min_bytes: int = 1,
 ) -> pb.FetchRequest:  # fmt: skip
     """The follower's fetch: ``named`` topic -> fetch offset (partition 0 of each)."""
     r = pb.FetchRequest(replica_id=FOLLOWER, replica_epoch=h.broker_epoch(FOLLOWER), max_wait_ms=max_wait_ms,
-                        min_bytes=1, max_bytes=1 << 20, session_epoch=epoch)  # fmt: skip
+                        min_bytes=min_bytes, max_bytes=1 << 20, session_epoch=epoch)  # fmt: skip
     for topic, offset in named.items():
         r.topics.add(name=topic).partitions.add(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20,
                                                 current_leader_epoch=h.partition(topic).leader_epoch)  # fmt: skip
@@ -266,3 +267,82 @@ def test_a_caught_up_report_parks_without_a_read(cluster: BrokerHarness, monkeyp
     assert told["b"].records
     assert not told["c"].records
     assert cluster.partition("c").high_watermark == 3
+
+
+def appended_bytes(h: BrokerHarness, topic: str) -> int:
+    return h.partition(topic).fetch_position(True).appended_bytes
+
+
+def test_a_parked_report_is_held_by_the_session_and_woken_with_what_arrived(cluster: BrokerHarness) -> None:
+    """With ``min_bytes`` 1 (any record answers) the parked fetch is a ``HeldFetch``: in the purgatory for its
+    timer only, watched under no partition (the session's listener wakes it), and woken by an append to the
+    partition it reported with the bytes that arrived (what decides where the read after the wait runs)."""
+    session = caught_up_session(cluster)
+    append(cluster, "c")
+    assert answers(finish(cluster, session, begin(cluster, session, request(cluster, 2))))["c"].records
+    purgatory = cluster.replicas.fetch_purgatory
+    parked = begin(cluster, session, request(cluster, 3, {"c": 2}, max_wait_ms=30_000))
+    assert isinstance(parked, fetch.PendingFetch)
+    assert isinstance(parked.op, HeldFetch)
+    assert purgatory.size == 1
+    assert [purgatory.watched((t, 0)) for t in TOPICS] == [0, 0, 0]
+    before = appended_bytes(cluster, "c")
+    append(cluster, "c")
+    assert parked.op.wait(2.0)
+    assert not parked.op.expired
+    assert parked.op.ready_bytes == appended_bytes(cluster, "c") - before > 0
+    assert purgatory.size == 0
+    assert answers(finish(cluster, session, parked))["c"].records
+
+
+def test_a_change_during_the_read_wakes_the_held_fetch_as_it_parks(
+    cluster: BrokerHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append after the positions were taken and the report recorded, before the fetch parks: the listener
+    wakes it as it parks (no purgatory check would try it), with the bytes that arrived."""
+    session = caught_up_session(cluster)
+    append(cluster, "c")
+    assert answers(finish(cluster, session, begin(cluster, session, request(cluster, 2))))["c"].records
+    skips = fetch.skips_first_read
+    before = appended_bytes(cluster, "c")
+
+    def skips_then_append(*args: object, **kwargs: object) -> bool:
+        skipped = skips(*args, **kwargs)  # type: ignore[arg-type]
+        append(cluster, "c")
+        return skipped
+
+    monkeypatch.setattr(fetch, "skips_first_read", skips_then_append)
+    parked = begin(cluster, session, request(cluster, 3, {"c": 2}, max_wait_ms=30_000))
+    assert isinstance(parked, fetch.PendingFetch)
+    assert isinstance(parked.op, HeldFetch)
+    assert parked.op.is_completed
+    assert not parked.op.expired
+    assert parked.op.ready_bytes == appended_bytes(cluster, "c") - before > 0
+    told = answers(finish(cluster, session, parked))
+    assert told["c"].records
+    assert told["c"].log_end_offset == 3
+
+
+def test_with_min_bytes_above_one_the_parked_fetch_counts_bytes_in_the_purgatory(cluster: BrokerHarness) -> None:
+    """``replica.fetch.min.bytes`` above 1: the purgatory's ``DelayedFetch`` watches the partitions read and
+    counts what arrives; one small append is not enough, a second that reaches ``min_bytes`` answers both."""
+    session = caught_up_session(cluster)
+    append(cluster, "c")
+    assert answers(finish(cluster, session, begin(cluster, session, request(cluster, 2))))["c"].records
+    one = appended_bytes(cluster, "c")
+    append(cluster, "c")
+    one = appended_bytes(cluster, "c") - one  # a batch's bytes
+    assert answers(finish(cluster, session, begin(cluster, session, request(cluster, 3, {"c": 2}))))["c"].records
+    parked = begin(cluster, session, request(cluster, 4, {"c": 3}, max_wait_ms=30_000, min_bytes=2 * one))
+    assert isinstance(parked, fetch.PendingFetch)
+    assert isinstance(parked.op, DelayedFetch)
+    assert cluster.replicas.fetch_purgatory.watched(("c", 0)) == 1
+    append(cluster, "c")
+    time.sleep(0.05)
+    assert not parked.op.is_completed  # one batch: fewer than min_bytes
+    append(cluster, "c")
+    assert parked.op.wait(2.0)
+    assert not parked.op.expired
+    told = answers(finish(cluster, session, parked))
+    assert told["c"].log_end_offset == 5
+    assert len(told["c"].records) == 2 * one

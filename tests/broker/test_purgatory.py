@@ -174,6 +174,40 @@ def test_shutdown_answers_every_waiting_operation() -> None:
     assert late.completions == 1
 
 
+def test_a_held_operation_is_only_timed_bounded_and_answered_at_shutdown() -> None:
+    """``hold``: no key, so no check tries it; its timer expires it, the bound answers it at once, a shutdown
+    answers it, and its owner's completion takes it out of the purgatory."""
+    clock = ManualClock()
+    purgatory: Purgatory[Counting] = Purgatory("test", clock, 3)
+    timed, owned, stopped = Counting(100), Counting(1000), Counting(1000)
+    for op in (timed, owned, stopped):
+        op.ready.set()  # a check that tried it would complete it
+        assert not purgatory.hold(op)
+    assert purgatory.size == 3
+    assert purgatory.check_and_complete("k") == 0
+    assert (timed.tries, owned.tries, stopped.tries) == (0, 0, 0)
+    over = Counting(1000)
+    assert purgatory.hold(over)  # over the bound: at once, as expired
+    assert over.completions == 1
+    assert over.expired
+    clock.advance(100)
+    assert purgatory.expire_due() == 1
+    assert timed.expired
+    assert timed.expirations == 1
+    assert owned.force_complete()  # its owner
+    assert not owned.expired
+    assert owned.completions == 1
+    assert purgatory.size == 1
+    purgatory.shutdown()
+    assert stopped.completions == 1
+    assert stopped.expired
+    assert purgatory.size == 0
+    assert purgatory.next_deadline_ms() is None
+    late = Counting(1000)
+    assert purgatory.hold(late)  # after shutdown nothing waits
+    assert late.completions == 1
+
+
 def test_completion_runs_exactly_once_under_concurrent_checks_and_expiry() -> None:
     """Many threads check the same keys while the timer expires the operations at the same moment: every
     operation completes exactly once (on_complete once; on_expiration only if the timer won)."""
