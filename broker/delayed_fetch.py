@@ -118,14 +118,14 @@ class HeldFetch(DelayedOperation):
         self.ready_bytes = 0  # what the changes that woke it added past the positions read (as DelayedFetch's)
         self._woken = False
 
-    def wake(self, reason: str, ready_bytes: int) -> bool:
-        """A change the follower must act on (``reason``), with ``ready_bytes`` more to read: complete now;
-        True when this call completed it."""
+    def wake(self, ready_bytes: int) -> bool:
+        """A change the follower must act on, with ``ready_bytes`` more to read: complete now; True when this
+        call completed it."""
         with self._check_lock:
             if self.is_completed:
                 return False
             self.ready_bytes += ready_bytes
-            self.reason = reason
+            self.reason = "A-D: a change the follower must act on (its session's listener)"
             self._woken = True
             return self.try_complete()
 

@@ -278,7 +278,7 @@ class LeaderSession:
             self._changed_while_reading = set()  # finish reads them again
         if woken:
             if isinstance(op, HeldFetch):
-                op.wake("a change during the read the follower must act on", woken_bytes)
+                op.wake(woken_bytes)
             else:
                 op.force_complete()
         return fetch.PendingFetch(op, view.replica_id, view.replica_epoch, targets, max_bytes, fetch.read_partitions)
@@ -380,6 +380,6 @@ class LeaderSession:
             if parked is None:  # not parked yet: begin wakes it once it is
                 self._woken_bytes += ready
         if isinstance(parked, HeldFetch):
-            parked.wake(f"a change to {tp} the follower must act on", ready)
+            parked.wake(ready)
         elif parked is not None:
             parked.force_complete()

@@ -237,10 +237,7 @@ class Purgatory(Generic[Op]):
             return True
         with self._lock:
             if not op.is_completed:
-                deadline = self._clock.monotonic_ms() + op.delay_ms
-                self._timer.add(op, deadline)
-                if deadline < self._reaper_looks_ms:
-                    self._cond.notify()
+                self._start_timer(op)
         return op.is_completed
 
     def hold(self, op: Op) -> bool:
@@ -255,13 +252,18 @@ class Purgatory(Generic[Op]):
                 op._purgatory = self
                 op._keys = ()
                 self._live[id(op)] = op
-                deadline = self._clock.monotonic_ms() + op.delay_ms
-                self._timer.add(op, deadline)
-                if deadline < self._reaper_looks_ms:
-                    self._cond.notify()
+                self._start_timer(op)
         if over:
             return self._over_bound(op)
         return op.is_completed
+
+    def _start_timer(self, op: Op) -> None:
+        """``op``'s deadline on the timer (under our lock); the reaper is woken only when it is earlier than the
+        reaper's next look."""
+        deadline = self._clock.monotonic_ms() + op.delay_ms
+        self._timer.add(op, deadline)
+        if deadline < self._reaper_looks_ms:
+            self._cond.notify()
 
     def _over_bound(self, op: Op) -> bool:
         """``op`` was not watched (the bound, or shutting down): it completes at once, as if expired."""
